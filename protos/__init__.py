@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for specfleet (see protos/generate.py)."""
