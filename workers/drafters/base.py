@@ -1,0 +1,64 @@
+"""The drafter protocol: propose up to k_r tokens for each row r of a batch.
+
+The engine owns the rows; a drafter mirrors the batch's membership (rows appended by
+`add_rows`, removed by `keep_rows`) and learns the outcome of each round through `commit`.
+Histories are the rows' committed tokens (prompt + output); the last token of a history is
+the one the target has not consumed yet, so it is the first thing a drafter must condition on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import mlx.core as mx
+import numpy as np
+
+# Picks one draft token per row from draft logits [B, V] at draft step `step` (0-based);
+# returns tokens [B] int32 and the draft distribution q [B, V] (None for a point mass).
+TokenSelector = Callable[[mx.array, int], tuple[mx.array, mx.array | None]]
+
+
+def greedy_select(logits: mx.array, step: int) -> tuple[mx.array, mx.array | None]:
+    return mx.argmax(logits, axis=-1).astype(mx.int32), None
+
+
+@dataclass
+class DraftRequest:
+    histories: Sequence[Sequence[int]]  # per row: committed tokens, last one unverified
+    depths: np.ndarray  # [B] int, tokens wanted per row (0: this row drafts nothing)
+    select: TokenSelector = greedy_select
+    # Target hidden states of the previous verify window, for MTP heads: [B, W, H] or None.
+    target_hidden: mx.array | None = None
+
+
+@dataclass
+class Proposal:
+    tokens: np.ndarray  # [B, K] int32, K = max(depths); row r's valid prefix is counts[r]
+    counts: np.ndarray  # [B] int, 0 <= counts[r] <= depths[r]
+    probs: mx.array | None = None  # [B, K, V] draft distribution q, None = point mass
+
+
+class Drafter(Protocol):
+    name: str
+    needs_target_hidden: bool
+
+    def add_rows(self, histories: Sequence[Sequence[int]]) -> None:
+        """Rows appended at the end of the batch (their prompts, last token unverified)."""
+
+    def keep_rows(self, keep: Sequence[int]) -> None:
+        """Keep only these batch rows, in this order."""
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        """Draft tokens for every row in one batched pass (no per-row loops over models)."""
+
+    def commit(self, num_accepted: np.ndarray) -> None:
+        """After verify: row r accepted num_accepted[r] of its drafts (any rows, any counts)."""
+
+
+def empty_proposal(batch_size: int) -> Proposal:
+    return Proposal(
+        tokens=np.zeros((batch_size, 0), dtype=np.int32),
+        counts=np.zeros(batch_size, dtype=np.int64),
+    )

@@ -1,0 +1,79 @@
+"""A separate small draft model (same vocabulary as the target), drafted for the whole batch.
+
+The draft model keeps its own ragged per-row cache (workers.kv_cache). Row r's cache holds a
+prefix of the row's history; the rest (its "tail": at least the unverified last token, plus the
+last draft when every draft was accepted) is fed as the first, ragged window of the next
+proposal. Each later draft step is a one-token window for every row at its own position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from workers.drafters.base import DraftRequest, Proposal, empty_proposal
+from workers.forward import forward_window, pad_windows, prefill
+from workers.kv_cache import BatchCache
+
+
+class ModelDrafter:
+    name = "model"
+    needs_target_hidden = False
+
+    def __init__(self, model: object, prefill_step_size: int = 512):
+        self.model = model
+        self.prefill_step_size = prefill_step_size
+        self.cache = BatchCache.for_model(model)
+        self.histories: list[Sequence[int]] = []
+        # Tokens fed during the last proposal per row, and how many of them were the tail.
+        self._fed = np.zeros(0, dtype=np.int64)
+        self._tail = np.zeros(0, dtype=np.int64)
+
+    def add_rows(self, histories: Sequence[Sequence[int]]) -> None:
+        new = BatchCache.for_model(self.model, len(histories))
+        prefill(self.model, new, [h[:-1] for h in histories], self.prefill_step_size)
+        self.cache.append(new)
+        self.histories.extend(histories)
+
+    def keep_rows(self, keep: Sequence[int]) -> None:
+        self.cache.keep_rows(keep)
+        self.histories = [self.histories[i] for i in keep]
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        self.histories = list(request.histories)
+        depths = np.asarray(request.depths, dtype=np.int64)
+        B, K = len(depths), int(depths.max(initial=0))
+        if K == 0:
+            return empty_proposal(B)
+        lengths = self.cache.lengths
+        tails = [h[int(n) :] for h, n in zip(self.histories, lengths)]
+        self._tail = np.array([len(t) for t in tails], dtype=np.int64)
+        tokens, valid = pad_windows(tails)
+        drafted, probs = [], []
+        for step in range(K):
+            logits = forward_window(self.model, self.cache, tokens)  # [B, W, V]
+            self.cache.commit(valid)  # tentatively; commit() rolls back the rejected part
+            last = mx.array((valid - 1).astype(np.int32))[:, None, None]  # [B, 1, 1]
+            step_logits = mx.take_along_axis(logits, last, axis=1)[:, 0]  # [B, V]
+            chosen, q = request.select(step_logits, step)
+            drafted.append(chosen)
+            probs.append(q)
+            tokens, valid = chosen[:, None], np.ones(B, dtype=np.int64)
+            mx.eval(chosen, *self.cache.state_arrays())
+        # The last draft is chosen but never fed: K-1 draft tokens went in after the tail.
+        self._fed = self._tail + (K - 1)
+        out = np.array(mx.stack(drafted, axis=1), dtype=np.int32)  # [B, K]
+        q_all = None if probs[0] is None else mx.stack(probs, axis=1)  # [B, K, V]
+        return Proposal(tokens=out, counts=np.minimum(depths, K), probs=q_all)
+
+    def commit(self, num_accepted: np.ndarray) -> None:
+        if self._fed.shape[0] != self.cache.num_rows:
+            return  # no proposal this round (every row had depth 0)
+        # Keep the tail and the accepted drafts that were fed; drop the rest.
+        keep = self._tail + np.minimum(
+            np.asarray(num_accepted, dtype=np.int64), self._fed - self._tail
+        )
+        self.cache.rollback(self._fed - keep)
+        self._fed = self._tail = np.zeros(0, dtype=np.int64)

@@ -1,0 +1,424 @@
+"""The worker engine: continuous batching with lossless batched speculative decoding.
+
+    step() = take new work  ->  admit (prefill joiners)  ->  one speculative round
+
+and the round is draft -> verify -> accept -> compact -> emit (see `_round`). Rows keep their
+own accept counts; caches keep every row contiguous (workers.kv_cache). This module imports
+neither grpc nor ray: the service (workers/service) and the cluster drive it through
+add_request / abort / step / info.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
+from workers.forward import forward_window, pad_windows, prefill
+from workers.kv_cache import BatchCache
+from workers.rows import Row
+from workers.types import (
+    MAX_DRAFT_DEPTH,
+    Completion,
+    EngineInfo,
+    RequestOutput,
+    RoundStats,
+    SamplingParams,
+)
+from workers.verify import Verdict, verify_greedy
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+
+
+@dataclass
+class EngineConfig:
+    draft_depth: int = 4
+    max_batch_size: int = 16
+    max_context: int | None = None  # None: the model's max_position_embeddings, else 4096
+    prefill_step_size: int = 512
+    kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
+    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
+    max_verify_tokens: int = 4096
+    model_id: str = "in-memory"
+
+    def __post_init__(self) -> None:
+        def check(name: str, ok: bool, fix: str) -> None:
+            if not ok:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is invalid: {fix}")
+
+        check("draft_depth", 1 <= self.draft_depth <= MAX_DRAFT_DEPTH, f"use 1..{MAX_DRAFT_DEPTH}")
+        check("max_batch_size", self.max_batch_size >= 1, "use an int >= 1")
+        check("max_context", self.max_context is None or self.max_context >= 2, "use >= 2")
+        check("prefill_step_size", self.prefill_step_size >= 1, "use an int >= 1")
+        check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
+        check(
+            "kv_budget_tokens",
+            self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,
+            "use None or an int >= 2",
+        )
+
+
+class Engine:
+    def __init__(
+        self,
+        model: object,
+        tokenizer: object | None = None,
+        drafter: Drafter | None = None,
+        **config: object,
+    ):
+        self.config = EngineConfig(**config)  # type: ignore[arg-type]
+        self.model = model
+        self.tokenizer = tokenizer
+        self.drafter = drafter
+        args = getattr(model, "args", None)
+        self.vocab_size = int(getattr(args, "vocab_size", 0) or _embedding_rows(model))
+        self.max_context = self.config.max_context or int(
+            getattr(args, "max_position_embeddings", 0) or 4096
+        )
+        self.kv_budget = (
+            self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context
+        )
+        self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
+        self.cache = BatchCache.for_model(model)
+        self.rows: list[Row] = []
+        self.waiting: deque[Row] = deque()
+        self._inbox: deque[tuple[str, object]] = deque()
+        self._lock = threading.Lock()
+        self._live_ids: set[str] = set()
+        self._stats: list[RoundStats] = []
+        self._next_id = 0
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        drafter: str | Drafter | None = None,
+        **config: object,
+    ) -> Engine:
+        from mlx_lm import load
+
+        model_dir = Path(path) if path is not None else DEFAULT_MODEL_DIR / "target"
+        model, tokenizer = load(str(model_dir))
+        config.setdefault("model_id", model_dir.name if path is not None else "specfleet-default")
+        return cls(model, tokenizer, drafter=_make_drafter(drafter, model_dir, model), **config)
+
+    # -- public API (add_request / abort are thread-safe) --------------------------------------
+    def add_request(
+        self, request_id: str, prompt: Sequence[int] | str, params: SamplingParams | None = None
+    ) -> None:
+        row = self._make_row(request_id, prompt, params or SamplingParams())
+        with self._lock:
+            if request_id in self._live_ids:
+                raise ValueError(f"request_id={request_id!r} is already running; use a unique id")
+            self._live_ids.add(request_id)
+            self._inbox.append(("add", row))
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._inbox.append(("abort", request_id))
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self.rows or self.waiting or self._inbox)
+
+    def step(self) -> list[RequestOutput]:
+        events = self._take_new_work()
+        stats = RoundStats()
+        self._admit(stats)
+        if self.rows:
+            self._round(stats)
+        if stats.batch_size or stats.num_prefill_tokens:
+            self._stats.append(stats)
+        events += [e for r in self.rows if (e := r.take_event()) is not None]
+        self._drop_finished()
+        return events
+
+    def take_round_stats(self) -> list[RoundStats]:
+        stats, self._stats = self._stats, []
+        return stats
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            model_id=self.config.model_id,
+            vocab_size=self.vocab_size,
+            max_context=self.max_context,
+            drafter=getattr(self.drafter, "name", "none"),
+            draft_depth=self.config.draft_depth,
+            max_batch_size=self.config.max_batch_size,
+            num_running=len(self.rows),
+            num_waiting=len(self.waiting) + len(self._inbox),
+            free_slots=max(0, self.config.max_batch_size - len(self.rows) - len(self.waiting)),
+            kv_budget_tokens=self.kv_budget,
+            kv_used_tokens=sum(self._reserve(r) for r in self.rows),
+            eos_token_ids=sorted(self.eos_ids),
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int] | str],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[Completion]:
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"got {len(plist)} SamplingParams for {len(prompts)} prompts")
+        ids = []
+        for prompt, p in zip(prompts, plist):
+            self._next_id += 1
+            ids.append(f"generate-{self._next_id}")
+            self.add_request(ids[-1], prompt, p)
+        done: dict[str, Completion] = {}
+        partial: dict[str, list[int]] = {i: [] for i in ids}
+        logprobs: dict[str, list[float]] = {i: [] for i in ids}
+        while len(done) < len(ids):
+            for ev in self.step():
+                if ev.request_id not in partial:
+                    continue
+                partial[ev.request_id] += ev.new_tokens
+                logprobs[ev.request_id] += ev.new_logprobs or []
+                if ev.finished:
+                    assert ev.finish_reason is not None
+                    done[ev.request_id] = Completion(
+                        request_id=ev.request_id,
+                        tokens=partial[ev.request_id],
+                        text=self._decode(partial[ev.request_id]),
+                        finish_reason=ev.finish_reason,
+                        num_draft_tokens=ev.num_draft_tokens,
+                        num_accepted_tokens=ev.num_accepted_tokens,
+                        logprobs=logprobs[ev.request_id] if ev.new_logprobs is not None else None,
+                        error=ev.error,
+                    )
+        return [done[i] for i in ids]
+
+    # -- the speculative round ------------------------------------------------------------------
+    def _round(self, stats: RoundStats) -> None:
+        """draft -> verify -> accept -> compact -> emit, for every running row at once."""
+        t0 = time.perf_counter()
+        proposal = self._draft()
+        t1 = time.perf_counter()
+        verdict = self._verify(proposal)
+        t2 = time.perf_counter()
+        self.cache.commit(verdict.num_accepted + 1)  # last token + accepted drafts stay
+        if self.drafter is not None:
+            self.drafter.commit(verdict.num_accepted)
+        t3 = time.perf_counter()
+        self._emit(proposal, verdict, stats)
+        stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
+
+    def _draft(self) -> Proposal:
+        depths = self._draft_depths()
+        if self.drafter is None or depths.max(initial=0) == 0:
+            return empty_proposal(len(self.rows))
+        return self.drafter.propose(
+            DraftRequest(histories=[r.history for r in self.rows], depths=depths)
+        )
+
+    def _verify(self, proposal: Proposal) -> Verdict:
+        windows = [
+            [r.history[-1], *proposal.tokens[i, : proposal.counts[i]].tolist()]
+            for i, r in enumerate(self.rows)
+        ]
+        tokens, _ = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
+        logits = forward_window(self.model, self.cache, tokens)  # [B, K+1, V]
+        want_logprobs = any(r.params.logprobs for r in self.rows)
+        return verify_greedy(logits, proposal, want_logprobs)
+
+    def _emit(self, proposal: Proposal, verdict: Verdict, stats: RoundStats) -> None:
+        K = proposal.tokens.shape[1]
+        stats.batch_size = len(self.rows)
+        stats.accepted_per_pos = [0] * K
+        for i, row in enumerate(self.rows):
+            n_draft, n_acc = int(proposal.counts[i]), int(verdict.num_accepted[i])
+            row.num_draft_tokens += n_draft
+            row.num_accepted_tokens += n_acc
+            stats.num_drafts += n_draft > 0
+            stats.num_draft_tokens += n_draft
+            stats.num_accepted_tokens += n_acc
+            for pos in range(n_acc):
+                stats.accepted_per_pos[pos] += 1
+            before = row.num_generated
+            lp = None if verdict.logprobs is None else verdict.logprobs[i, : n_acc + 1].tolist()
+            row.append(verdict.tokens[i, : n_acc + 1].tolist(), lp)
+            stats.num_generated_tokens += max(0, row.num_generated - before)
+
+    def _draft_depths(self) -> np.ndarray:
+        """Per-row draft depth: the request's or the engine's, clamped to what fits.
+
+        The bonus token counts against max_tokens and the context, and one verify forward
+        carries at most max_verify_tokens tokens, so deep drafts shrink instead of failing.
+        """
+        B = len(self.rows)
+        capacity = max(0, self.config.max_verify_tokens // max(B, 1) - 1)
+        return np.array(
+            [
+                max(
+                    0,
+                    min(r.params.draft_depth or self.config.draft_depth, r.remaining - 1, capacity),
+                )
+                for r in self.rows
+            ],
+            dtype=np.int64,
+        )
+
+    # -- membership -----------------------------------------------------------------------------
+    def _take_new_work(self) -> list[RequestOutput]:
+        with self._lock:
+            inbox, self._inbox = self._inbox, deque()
+        events = []
+        for kind, item in inbox:
+            if kind == "add":
+                assert isinstance(item, Row)
+                self.waiting.append(item)
+            else:
+                events += self._abort_now(str(item))
+        return events
+
+    def _abort_now(self, request_id: str) -> list[RequestOutput]:
+        for row in self.rows:
+            if row.request_id == request_id and not row.is_finished:
+                row.finish_reason = "abort"  # the round-end sweep drops it and emits the event
+                return []
+        for row in list(self.waiting):
+            if row.request_id == request_id:
+                self.waiting.remove(row)
+                row.finish_reason = "abort"
+                self._forget(row.request_id)
+                event = row.take_event()
+                return [event] if event else []
+        return []  # unknown or already finished: aborting is idempotent
+
+    def _admit(self, stats: RoundStats) -> None:
+        joining: list[Row] = []
+        used = sum(self._reserve(r) for r in self.rows)
+        while self.waiting and len(self.rows) + len(joining) < self.config.max_batch_size:
+            need = self._reserve(self.waiting[0])
+            if used + need > self.kv_budget and (self.rows or joining):
+                break
+            used += need
+            joining.append(self.waiting.popleft())
+        if not joining:
+            return
+        t0 = time.perf_counter()
+        new = BatchCache.for_model(self.model, len(joining))
+        # The cache holds every history token but the last, which the next verify consumes.
+        prefill(self.model, new, [r.history[:-1] for r in joining], self.config.prefill_step_size)
+        self.cache.append(new)
+        if self.drafter is not None:
+            self.drafter.add_rows([r.history for r in joining])
+        self.rows.extend(joining)
+        stats.num_prefill_tokens = sum(r.prompt_len for r in joining)
+        stats.time_prefill_s = time.perf_counter() - t0
+
+    def _drop_finished(self) -> None:
+        keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
+        if len(keep) == len(self.rows):
+            return
+        for r in self.rows:
+            if r.is_finished:
+                self._forget(r.request_id)
+        self.rows = [self.rows[i] for i in keep]
+        self.cache.keep_rows(keep)
+        if self.drafter is not None:
+            self.drafter.keep_rows(keep)
+
+    def _forget(self, request_id: str) -> None:
+        with self._lock:
+            self._live_ids.discard(request_id)
+
+    def _reserve(self, row: Row) -> int:
+        return self._reserve_tokens(row.prompt_len, row.params)
+
+    # -- validation -----------------------------------------------------------------------------
+    def _make_row(
+        self, request_id: str, prompt: Sequence[int] | str, params: SamplingParams
+    ) -> Row:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id={request_id!r} is invalid: pass a non-empty string")
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params={params!r} is not a SamplingParams")
+        tokens = self._encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
+            raise ValueError(f"prompt={prompt!r} is empty: pass at least one token")
+        bad = [t for t in tokens if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
+        if bad:
+            raise ValueError(f"prompt holds non-integer token ids {bad[:5]}: pass ints")
+        out_of_vocab = [int(t) for t in tokens if not 0 <= t < self.vocab_size]
+        if out_of_vocab:
+            raise ValueError(
+                f"prompt token ids {out_of_vocab[:5]} are outside the vocabulary "
+                f"[0, {self.vocab_size}): re-tokenize with this model's tokenizer"
+            )
+        if len(tokens) >= self.max_context:
+            raise ValueError(
+                f"prompt length {len(tokens)} leaves no room in the context of {self.max_context} "
+                "tokens: shorten the prompt"
+            )
+        if self._reserve_tokens(len(tokens), params) > self.kv_budget:
+            raise ValueError(
+                f"prompt length {len(tokens)} + max_tokens {params.max_tokens} exceeds the KV "
+                f"budget of {self.kv_budget} tokens: lower max_tokens or shorten the prompt"
+            )
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
+        seqs = [tuple(self._encode(s)) if isinstance(s, str) else tuple(s) for s in params.stop]
+        stop_ids |= {s[0] for s in seqs if len(s) == 1}
+        return Row(
+            request_id=request_id,
+            params=params,
+            prompt_len=len(tokens),
+            history=[int(t) for t in tokens],
+            stop_ids=frozenset(stop_ids),
+            stop_seqs=tuple(s for s in seqs if len(s) > 1),
+            max_context=self.max_context,
+            arrival_s=time.monotonic(),
+        )
+
+    def _reserve_tokens(self, prompt_len: int, params: SamplingParams) -> int:
+        return min(prompt_len + params.max_tokens, self.max_context)
+
+    def _encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError("text prompt given but the engine has no tokenizer: pass token ids")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))  # type: ignore[attr-defined]
+
+    def _decode(self, tokens: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        return str(self.tokenizer.decode(tokens))  # type: ignore[attr-defined]
+
+
+def _embedding_rows(model: object) -> int:
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if embed is None:
+        raise ValueError("cannot tell the vocabulary size: the model has no args.vocab_size")
+    return int(embed.weight.shape[0])
+
+
+def _make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) -> Drafter | None:
+    if spec is None or not isinstance(spec, str):
+        return spec
+    if spec == "ngram":
+        from workers.drafters.ngram import NgramDrafter
+
+        return NgramDrafter()
+    if spec.startswith("model:") or spec == "model":
+        from mlx_lm import load
+
+        from workers.drafters.model import ModelDrafter
+
+        path = spec[len("model:") :] if spec.startswith("model:") else ""
+        draft_dir = Path(path) if path else model_dir.parent / "draft"
+        draft_model, _ = load(str(draft_dir))
+        return ModelDrafter(draft_model)
+    if spec == "mtp":
+        from workers.drafters import mtp  # type: ignore[attr-defined]
+
+        return mtp.MTPDrafter.from_target(model, model_dir)  # type: ignore[no-any-return]
+    raise ValueError(
+        f"drafter={spec!r} is not known: use None, 'ngram', 'mtp', 'model' or 'model:PATH'"
+    )

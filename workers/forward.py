@@ -1,0 +1,48 @@
+"""Model forwards over ragged windows: the only place the engine calls an mlx-lm model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from workers.kv_cache import BatchCache
+
+
+def pad_windows(windows: Sequence[Sequence[int]], width: int = 1) -> tuple[mx.array, np.ndarray]:
+    """Right-pad each row's window to the longest (at least `width`): ([B, W], [B] valid).
+
+    Padding sits after a row's valid tokens, so causal masking already hides it from them;
+    the cache commit then keeps only the valid prefix.
+    """
+    valid = np.array([len(w) for w in windows], dtype=np.int64)
+    W = max(int(valid.max(initial=0)), width)
+    tokens = np.zeros((len(windows), W), dtype=np.int32)
+    for r, w in enumerate(windows):
+        tokens[r, : len(w)] = w
+    return mx.array(tokens), valid
+
+
+def forward_window(model: object, cache: BatchCache, tokens: mx.array) -> mx.array:
+    """Run `tokens` [B, W] at each row's next positions; returns logits [B, W, V].
+
+    Writes the window's keys into the cache but commits nothing: the caller decides how many
+    of each row's window tokens to keep (all for prefill, the accepted prefix for verify).
+    """
+    return model(tokens, cache=cache.layers)  # type: ignore[operator]
+
+
+def prefill(
+    model: object, cache: BatchCache, sequences: Sequence[Sequence[int]], step_size: int
+) -> None:
+    """Append each row's `sequences[r]` to its cache, in chunks of at most step_size tokens."""
+    longest = max((len(s) for s in sequences), default=0)
+    for start in range(0, longest, step_size):
+        windows = [s[start : start + step_size] for s in sequences]
+        tokens, valid = pad_windows(windows)
+        logits = forward_window(model, cache, tokens)
+        cache.commit(valid)
+        # Evaluate the cache now so each chunk's graph is freed before the next one.
+        mx.eval(cache.state_arrays())
+        del logits

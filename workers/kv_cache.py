@@ -1,0 +1,219 @@
+"""Ragged per-row KV cache: every row's tokens sit at contiguous positions [0, length_r).
+
+Layout. Each layer holds keys/values of shape [B, H, S_cap, D]. Row r's committed tokens occupy
+slots [0, length_r) in order, so a row's physical slot equals its logical (RoPE) position and
+nothing sits between them: there is no left padding and there are no holes. A forward over a
+window of W new tokens writes row r's window at slots [length_r, length_r + W) with one scatter
+(`put_along_axis`), rotates it at the same per-row positions, and masks keys by
+`slot <= length_r + i` for window query i. Slots past a row's length are stale (rejected drafts,
+padding of shorter rows) and are always masked out, never zeroed: a zeroed key still weighs
+exp(0) in the softmax.
+
+Compaction. After verify the row keeps only its first n_r window tokens (the accepted prefix):
+`commit(n)` sets length_r += n_r. The accepted tokens are already at their final slots, the
+rejected tail lies beyond the new length and is overwritten by the next window. Its cost is
+O(B), the window's write is O(B·W): neither grows with the context (mlx-vlm rolls the whole
+sequence axis of every layer each round; mlxcel moves the window down after writing it at a
+shared offset).
+
+One `BatchCache` owns the per-row lengths for all layers of one model, so the layers can never
+disagree about where a row ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+STEP = 256  # grow the slot axis in multiples of this, as mlx-lm's KVCache does
+
+
+class RaggedKVCache:
+    """One attention layer's cache; the duck type mlx-lm attention expects.
+
+    mlx-lm layers call `rope(x, offset=cache.offset)` then `cache.update_and_fetch(k, v)`;
+    the model calls `cache.make_mask(N)` through `create_attention_mask`.
+    """
+
+    def __init__(self, owner: BatchCache):
+        self.owner = owner
+        self.keys: mx.array | None = None  # [B, H, S_cap, Dk]
+        self.values: mx.array | None = None  # [B, H, S_cap, Dv]
+
+    # -- the mlx-lm duck type -------------------------------------------------------------
+    @property
+    def offset(self) -> mx.array:
+        return self.owner.lengths_mx  # [B] per-row RoPE position of window token 0
+
+    def make_mask(
+        self, N: int, return_array: bool = False, window_size: int | None = None, **_: object
+    ) -> mx.array:
+        return self.owner.window_mask(N, window_size)
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        B, H, W, Dk = keys.shape
+        needed = self.owner.window_end(W)
+        self._reserve(B, H, Dk, values.shape[3], keys.dtype, needed)
+        assert self.keys is not None and self.values is not None
+        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
+        self.keys = mx.put_along_axis(
+            self.keys, mx.broadcast_to(slots, (B, H, W, Dk)), keys, axis=2
+        )
+        self.values = mx.put_along_axis(
+            self.values, mx.broadcast_to(slots, (B, H, W, values.shape[3])), values, axis=2
+        )
+        return self.keys[..., :needed, :], self.values[..., :needed, :]
+
+    # -- storage ----------------------------------------------------------------------------
+    def _reserve(self, B: int, H: int, Dk: int, Dv: int, dtype: mx.Dtype, needed: int) -> None:
+        cap = 0 if self.keys is None else self.keys.shape[2]
+        if needed <= cap:
+            return
+        new_cap = ((needed + STEP - 1) // STEP) * STEP
+        grow_k = mx.zeros((B, H, new_cap - cap, Dk), dtype)
+        grow_v = mx.zeros((B, H, new_cap - cap, Dv), dtype)
+        if self.keys is None:
+            self.keys, self.values = grow_k, grow_v
+        else:
+            assert self.values is not None
+            self.keys = mx.concatenate([self.keys, grow_k], axis=2)
+            self.values = mx.concatenate([self.values, grow_v], axis=2)
+
+    def take_rows(self, rows: mx.array, max_len: int) -> None:
+        if self.keys is None or self.values is None:
+            return
+        cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
+        self.keys = self.keys[rows, :, :cap]
+        self.values = self.values[rows, :, :cap]
+
+    def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
+        if other.keys is None:
+            if self.keys is not None:
+                self.keys, self.values = _pad_rows(self.keys, self.values, num_other)
+            return
+        assert other.values is not None
+        if self.keys is None:
+            other_k, other_v = other.keys, other.values
+            if num_self:
+                # Rows that never ran a forward still need slots of the right shape.
+                z_k = mx.zeros((num_self,) + other_k.shape[1:], other_k.dtype)
+                z_v = mx.zeros((num_self,) + other_v.shape[1:], other_v.dtype)
+                other_k = mx.concatenate([z_k, other_k])
+                other_v = mx.concatenate([z_v, other_v])
+            self.keys, self.values = other_k, other_v
+            return
+        assert self.values is not None
+        cap = max(self.keys.shape[2], other.keys.shape[2])
+        self.keys = mx.concatenate([_pad_slots(self.keys, cap), _pad_slots(other.keys, cap)])
+        self.values = mx.concatenate([_pad_slots(self.values, cap), _pad_slots(other.values, cap)])
+
+
+def _pad_slots(x: mx.array, cap: int) -> mx.array:
+    if x.shape[2] == cap:
+        return x
+    return mx.pad(x, [(0, 0), (0, 0), (0, cap - x.shape[2]), (0, 0)])
+
+
+def _pad_rows(k: mx.array, v: mx.array, n: int) -> tuple[mx.array, mx.array]:
+    zk = mx.zeros((n,) + k.shape[1:], k.dtype)
+    zv = mx.zeros((n,) + v.shape[1:], v.dtype)
+    return mx.concatenate([k, zk]), mx.concatenate([v, zv])
+
+
+class BatchCache:
+    """All layers' ragged caches of one model plus the per-row committed lengths."""
+
+    def __init__(self, num_layers: int, num_rows: int = 0):
+        self.lengths = np.zeros(num_rows, dtype=np.int64)  # [B] committed tokens per row
+        self.layers = [RaggedKVCache(self) for _ in range(num_layers)]
+        self._refresh()
+
+    @classmethod
+    def for_model(cls, model: object, num_rows: int = 0) -> BatchCache:
+        check_supported(model)
+        return cls(len(model.layers), num_rows)  # type: ignore[attr-defined]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def _refresh(self) -> None:
+        self.lengths_mx = mx.array(self.lengths.astype(np.int32))
+
+    # -- window geometry (shared by every layer in one forward) ------------------------------
+    def window_end(self, W: int) -> int:
+        return int(self.lengths.max(initial=0)) + W
+
+    def window_slots(self, W: int) -> mx.array:
+        return (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]  # [B,1,W,1]
+
+    def window_mask(self, W: int, window_size: int | None = None) -> mx.array:
+        """[B, 1, W, S] True where window query i of row r may attend slot j."""
+        S = self.window_end(W)
+        slot = mx.arange(S)[None, None, None, :]
+        query_pos = (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]
+        mask = slot <= query_pos
+        if window_size is not None:
+            mask = mask & (slot > query_pos - window_size)
+        return mask
+
+    # -- compaction: the one operation that moves row ends -----------------------------------
+    def commit(self, num_new: Sequence[int] | np.ndarray) -> None:
+        """Keep the first num_new[r] tokens of the last window for each row r.
+
+        The kept tokens are already at slots [length_r, length_r + n_r); everything past the
+        new length is stale and masked, so this is all compaction costs.
+        """
+        n = np.asarray(num_new, dtype=np.int64)
+        assert n.shape == self.lengths.shape and (n >= 0).all()
+        self.lengths = self.lengths + n
+        self._refresh()
+
+    def rollback(self, num_drop: Sequence[int] | np.ndarray) -> None:
+        """Forget the last num_drop[r] committed tokens of each row (drafter caches)."""
+        d = np.asarray(num_drop, dtype=np.int64)
+        assert d.shape == self.lengths.shape and (d >= 0).all() and (d <= self.lengths).all()
+        self.lengths = self.lengths - d
+        self._refresh()
+
+    # -- membership --------------------------------------------------------------------------
+    def keep_rows(self, keep: Sequence[int]) -> None:
+        """Drop every row not in `keep` (finished or aborted rows), preserving order."""
+        keep_idx = list(keep)
+        self.lengths = self.lengths[keep_idx] if keep_idx else np.zeros(0, dtype=np.int64)
+        rows = mx.array(np.asarray(keep_idx, dtype=np.int32))
+        max_len = int(self.lengths.max(initial=0))
+        for layer in self.layers:
+            if keep_idx:
+                layer.take_rows(rows, max_len)
+            else:
+                layer.keys = layer.values = None
+        self._refresh()
+
+    def append(self, other: BatchCache) -> None:
+        """Append other's rows after ours (new requests joining a running batch)."""
+        assert len(other.layers) == len(self.layers)
+        for mine, theirs in zip(self.layers, other.layers):
+            mine.append_rows(theirs, self.num_rows, other.num_rows)
+        self.lengths = np.concatenate([self.lengths, other.lengths])
+        self._refresh()
+
+    def state_arrays(self) -> list[mx.array]:
+        return [a for layer in self.layers for a in (layer.keys, layer.values) if a is not None]
+
+
+def check_supported(model: object) -> None:
+    """Fail early, naming the cache type, for models whose layers need other cache kinds."""
+    make_cache = getattr(model, "make_cache", None)
+    if make_cache is None:
+        return
+    from mlx_lm.models.cache import KVCache
+
+    kinds = {type(c).__name__ for c in make_cache() if not isinstance(c, KVCache)}
+    if kinds:
+        raise ValueError(
+            f"model cache types {sorted(kinds)} are not supported by the ragged KV cache yet; "
+            "use a model whose layers all use mlx-lm KVCache (llama, qwen2, qwen3, mistral, ...)"
+        )

@@ -1,0 +1,40 @@
+"""Verify: turn the target's window logits into each row's accepted drafts and emitted tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from workers.accept import emitted_tokens, greedy_accept
+from workers.drafters.base import Proposal
+
+
+@dataclass
+class Verdict:
+    num_accepted: np.ndarray  # [B] drafts accepted per row
+    tokens: np.ndarray  # [B, K+1]; row r emits tokens[r, : num_accepted[r] + 1]
+    logprobs: np.ndarray | None = None  # [B, K+1] target log-prob of each emitted token
+
+
+def verify_greedy(logits: mx.array, proposal: Proposal, want_logprobs: bool = False) -> Verdict:
+    """Exact-match acceptance against the target's argmax at every window position.
+
+    logits: [B, K+1, V] from one target forward over [last token, draft_1..draft_K].
+    """
+    draft = mx.array(proposal.tokens)  # [B, K]
+    counts = mx.array(proposal.counts.astype(np.int32))  # [B]
+    target = mx.argmax(logits, axis=-1).astype(mx.int32)  # [B, K+1]
+    num_accepted = greedy_accept(draft, counts, target)
+    tokens = emitted_tokens(draft, num_accepted, target)
+    logprobs = None
+    if want_logprobs:
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        logprobs = mx.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
+    mx.eval(num_accepted, tokens, *([logprobs] if logprobs is not None else []))
+    return Verdict(
+        num_accepted=np.array(num_accepted, dtype=np.int64),
+        tokens=np.array(tokens, dtype=np.int64),
+        logprobs=None if logprobs is None else np.array(logprobs, dtype=np.float64),
+    )
