@@ -240,6 +240,7 @@ class Engine:
             stats.num_drafts += n_draft > 0
             stats.num_draft_tokens += n_draft
             stats.num_accepted_tokens += n_acc
+            stats.accepted_per_row.append(n_acc)
             for pos in range(n_acc):
                 stats.accepted_per_pos[pos] += 1
             before = row.num_generated

@@ -127,6 +127,8 @@ class RoundStats:
     num_accepted_tokens: int = 0
     # accepted_per_pos[i] counts rows whose draft at position i was accepted.
     accepted_per_pos: list[int] = field(default_factory=list)
+    # Drafts accepted by each row of the batch this round, in batch order.
+    accepted_per_row: list[int] = field(default_factory=list)
     num_generated_tokens: int = 0
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0

@@ -1,0 +1,99 @@
+"""Tiny random models and tokenizers for tests (nothing is downloaded).
+
+`tiny_model` builds an mlx-lm llama or qwen3 model from its ModelArgs in fp32. `perturbed`
+makes a draft model that agrees with the target often but not always, so rows' accept counts
+diverge round after round.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_map
+
+VOCAB = 256
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: int = 2):
+    common = dict(
+        hidden_size=64,
+        num_hidden_layers=layers,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=vocab,
+        tie_word_embeddings=True,
+    )
+    if arch == "llama":
+        from mlx_lm.models import llama
+
+        args = llama.ModelArgs(model_type="llama", **common)
+        cls = llama.Model
+    elif arch == "qwen3":
+        from mlx_lm.models import qwen3
+
+        args = qwen3.ModelArgs(
+            model_type="qwen3", head_dim=16, max_position_embeddings=4096, rope_theta=10000.0, **common
+        )
+        cls = qwen3.Model
+    else:
+        raise ValueError(f"unknown tiny arch {arch!r}")
+    mx.random.seed(seed)
+    model = cls(args)
+    # Larger-than-default init makes logits peaked enough that near-ties are rare.
+    model.update(tree_map(lambda p: p * 2.0 if p.ndim == 2 else p, model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def perturbed(model, scale: float = 0.35, seed: int = 1):
+    """A copy of `model` with Gaussian noise of `scale` x each tensor's std added."""
+    import copy
+
+    mx.random.seed(seed)
+    draft = copy.deepcopy(model)
+    draft.update(
+        tree_map(lambda p: p + scale * p.std() * mx.random.normal(p.shape), model.parameters())
+    )
+    mx.eval(draft.parameters())
+    return draft
+
+
+def mixed_prompts(n: int, seed: int = 0, vocab: int = VOCAB, lengths=None) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    lengths = lengths or [1, 5, 17, 9, 33, 2, 12, 26][:n]
+    return [rng.integers(0, vocab, size=L).tolist() for L in lengths[:n]]
+
+
+def reference_greedy(model, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+    """mlx-lm's own single-sequence greedy decode, and each step's top-2 logit gap."""
+    from mlx_lm.generate import generate_step
+
+    tokens, gaps = [], []
+    for tok, logprobs in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
+        top2 = mx.topk(logprobs, 2)
+        gaps.append(float(mx.abs(top2[0] - top2[1]).item()))
+        tokens.append(int(tok))
+    return tokens, gaps
+
+
+def make_tiny_tokenizer():
+    """A byte-level BPE tokenizer with <eos>, wrapped like mlx_lm.load wraps one."""
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - 16,  # ids stay below the tiny models' vocabulary
+        special_tokens=["<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    text = ["def add(a, b):\n    return a + b\n", "the quick brown fox jumps over the lazy dog"] * 20
+    tok.train_from_iterator(text, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+    return TokenizerWrapper(fast)
