@@ -34,7 +34,11 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: i
         from mlx_lm.models import qwen3
 
         args = qwen3.ModelArgs(
-            model_type="qwen3", head_dim=16, max_position_embeddings=4096, rope_theta=10000.0, **common
+            model_type="qwen3",
+            head_dim=16,
+            max_position_embeddings=4096,
+            rope_theta=10000.0,
+            **common,
         )
         cls = qwen3.Model
     else:
@@ -93,7 +97,10 @@ def make_tiny_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    text = ["def add(a, b):\n    return a + b\n", "the quick brown fox jumps over the lazy dog"] * 20
+    text = [
+        "def add(a, b):\n    return a + b\n",
+        "the quick brown fox jumps over the lazy dog",
+    ] * 20
     tok.train_from_iterator(text, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
     return TokenizerWrapper(fast)

@@ -1,0 +1,79 @@
+"""Compaction: after mixed accepts every row holds exactly its committed tokens, contiguously."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from tests.tiny import mixed_prompts, tiny_model
+from workers.forward import forward_window, pad_windows, prefill
+from workers.kv_cache import BatchCache
+
+
+def row_alone_keys(model, tokens: list[int]) -> list[mx.array]:
+    """Keys of every layer after prefilling `tokens` into a one-row cache: [1, H, L, D]."""
+    cache = BatchCache.for_model(model, 1)
+    prefill(model, cache, [tokens], step_size=512)
+    L = len(tokens)
+    return [layer.keys[:, :, :L] for layer in cache.layers]
+
+
+def test_mixed_accepts_leave_contiguous_rows_without_stale_keys():
+    model = tiny_model("qwen3", seed=5)
+    K = 4
+    accepts = [0, K, 2, 1]
+    prompts = mixed_prompts(4, seed=2, lengths=[3, 11, 6, 20])
+    cache = BatchCache.for_model(model, 4)
+    prefill(model, cache, prompts, step_size=512)
+    rng = np.random.default_rng(0)
+    windows = [rng.integers(0, 256, size=K + 1).tolist() for _ in prompts]
+    tokens, _ = pad_windows(windows)
+    forward_window(model, cache, tokens)  # writes K+1 keys per row
+    cache.commit(np.array(accepts) + 1)
+    mx.eval(cache.state_arrays())
+
+    committed = [p + w[: a + 1] for p, w, a in zip(prompts, windows, accepts)]
+    assert cache.lengths.tolist() == [len(c) for c in committed]
+    # The next RoPE position of each row is its length: no holes.
+    assert cache.layers[0].offset.tolist() == [len(c) for c in committed]
+    for r, seq in enumerate(committed):
+        alone = row_alone_keys(model, seq)
+        for layer, ref in zip(cache.layers, alone):
+            got = layer.keys[r : r + 1, :, : len(seq)]
+            assert mx.allclose(got, ref, atol=1e-5).item(), f"row {r} keys differ"
+
+    # Stale keys (rejected drafts, other rows' longer windows) are masked for the next window.
+    W = 3
+    mask = np.array(cache.window_mask(W))  # [B, 1, W, S]
+    for r, seq in enumerate(committed):
+        L = len(seq)
+        for i in range(W):
+            visible = np.flatnonzero(mask[r, 0, i])
+            assert visible.tolist() == list(range(L + i + 1)), (r, i)
+
+
+def test_compaction_cost_does_not_touch_the_context():
+    """commit/rollback only move lengths; the key buffers are the same arrays afterwards."""
+    model = tiny_model("llama", seed=1)
+    cache = BatchCache.for_model(model, 2)
+    prefill(model, cache, [[1] * 300, [2] * 40], step_size=128)
+    before = [id(layer.keys) for layer in cache.layers]
+    cache.commit(np.array([3, 1]))
+    cache.rollback(np.array([2, 0]))
+    assert [id(layer.keys) for layer in cache.layers] == before
+    assert cache.lengths.tolist() == [301, 41]
+
+
+def test_keep_and_append_rows_preserve_each_rows_cache():
+    model = tiny_model("llama", seed=1)
+    prompts = mixed_prompts(3, seed=4, lengths=[5, 9, 2])
+    cache = BatchCache.for_model(model, 3)
+    prefill(model, cache, prompts, step_size=512)
+    joiner = BatchCache.for_model(model, 1)
+    prefill(model, joiner, [[7, 8, 9, 10]], step_size=512)
+    cache.keep_rows([2, 0])
+    cache.append(joiner)
+    assert cache.lengths.tolist() == [2, 5, 4]
+    for r, seq in enumerate([prompts[2], prompts[0], [7, 8, 9, 10]]):
+        ref = row_alone_keys(model, seq)[0]
+        assert mx.allclose(cache.layers[0].keys[r : r + 1, :, : len(seq)], ref, atol=1e-5).item()
