@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("protos_generate", ROOT / "protos" / "generate.py")
+    spec = importlib.util.spec_from_file_location(
+        "protos_generate", ROOT / "protos" / "generate.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,0 +1,334 @@
+"""The worker's gRPC server: Session stream, Info, grpc.health.v1 and reflection.
+
+A grpc.aio server runs on its own event-loop thread; the engine runs on the EngineLoop thread.
+They meet only through the loop's command queue (handler -> engine) and non-blocking sinks
+(engine -> `call_soon_threadsafe` -> a per-session asyncio.Queue), so neither waits on the
+other. Handlers take raw bytes (no generated deserializer) so malformed protobuf becomes
+INVALID_ARGUMENT naming the message, not gRPC's generic INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos.specfleet.v1 import worker_pb2 as pb
+from workers.service import rpc_codec as codec
+from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig, WorkerUnavailable
+from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
+from workers.service.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Worker"].full_name  # "specfleet.v1.Worker"
+_STATUS = {
+    codec.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    codec.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    codec.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+}
+_HALF_CLOSE = object()  # the client finished sending; end the stream once its requests finish
+
+
+class _LocalErrors(list):
+    """Errors for ids the session never handed to the engine (they must not clear `pending`)."""
+
+
+@dataclass(frozen=True)
+class WorkerServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 picks a free port; read WorkerServer.port
+    metrics_port: int | None = 0  # Prometheus HTTP port; None disables it
+    worker_id: str = ""  # default "<hostname>:<port>"
+    model_name: str = "in-memory"  # the `model` metrics label
+    max_receive_message_bytes: int = 16 * 1024 * 1024  # gRPC default is 4 MiB
+    max_send_message_bytes: int = 64 * 1024 * 1024
+    max_concurrent_sessions: int = 256
+    limits: codec.CodecLimits = field(default_factory=codec.CodecLimits)
+    loop: EngineLoopConfig = field(default_factory=EngineLoopConfig)
+    auth_token: str | None = None
+    tls: TLSFiles | None = None
+    drain_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_receive_message_bytes",
+            "max_send_message_bytes",
+            "max_concurrent_sessions",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"WorkerServerConfig.{name}={value!r} is invalid: pass an int > 0")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and 0 <= value < 65536):
+                raise ValueError(
+                    f"WorkerServerConfig.{name}={value!r} is invalid: pass 0..65535 (0 = any free port)"
+                )
+        if self.auth_token == "":
+            raise ValueError(
+                "WorkerServerConfig.auth_token='' is invalid: pass None to disable auth"
+            )
+        if self.drain_grace_s < 0:
+            raise ValueError(
+                f"WorkerServerConfig.drain_grace_s={self.drain_grace_s!r} is invalid: pass >= 0"
+            )
+
+
+class WorkerServer:
+    """Serve one engine. `start()` returns once the port is bound; the model loads behind it
+    (health NOT_SERVING until loaded). `stop()` drains, then shuts down."""
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], EngineLike],
+        config: WorkerServerConfig | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.config = config or WorkerServerConfig()
+        self._factory = engine_factory
+        self._on_fatal = on_fatal
+        self.port = 0
+        self.metrics_port: int | None = None
+        self.worker_id = self.config.worker_id
+        self.metrics: WorkerMetrics | None = None
+        self.engine_loop: EngineLoop | None = None
+        self._aloop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._aloop.run_forever, name="specfleet-grpc", daemon=True
+        )
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._num_sessions = 0
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str | None:
+        return None if self.metrics_port is None else f"{self.config.host}:{self.metrics_port}"
+
+    # ------------------------------------------------------------ lifecycle (any thread)
+
+    def start(self, wait_ready: bool = False, timeout: float | None = None) -> WorkerServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start_grpc(), self._aloop).result()
+        self.worker_id = self.config.worker_id or f"{socket.gethostname()}:{self.port}"
+        self.metrics = WorkerMetrics(self.worker_id, self.config.model_name)
+        if self.config.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.config.host, self.config.metrics_port)
+        self.engine_loop = EngineLoop(
+            self._factory, self.config.loop, self.metrics, self._on_engine_state, self._fatal
+        )
+        self.engine_loop.start()
+        if wait_ready and not self.engine_loop.wait_ready(timeout):
+            raise RuntimeError(
+                f"worker {self.worker_id} did not become ready: {self.engine_loop.fatal_error!r}"
+            )
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Graceful: health NOT_SERVING, refuse new requests, let running ones finish (up to
+        `grace` s), then close streams and stop the engine thread."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.config.drain_grace_s if grace is None else grace
+        self._call(self._set_health(False))
+        if self.engine_loop is not None:
+            if not self.engine_loop.drain(grace):
+                log.warning(
+                    "worker %s: requests still running after %.1fs drain", self.worker_id, grace
+                )
+        if self._server is not None:
+            self._call(self._server.stop(grace=min(grace, 1.0)))
+        if self.engine_loop is not None:
+            self.engine_loop.stop()
+        if self.metrics is not None:
+            self.metrics.close()
+        self._aloop.call_soon_threadsafe(self._aloop.stop)
+        self._thread.join(timeout=5)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def _call(self, coro: object) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, self._aloop).result()  # type: ignore[arg-type]
+
+    def _on_engine_state(self, state: str) -> None:
+        if not self._stopped.is_set() or state == "failed":
+            asyncio.run_coroutine_threadsafe(self._set_health(state == "serving"), self._aloop)
+
+    def _fatal(self, error: BaseException) -> None:
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    # ------------------------------------------------------------ event-loop thread
+
+    async def _start_grpc(self) -> None:
+        cfg = self.config
+        interceptors = [BearerTokenInterceptor(cfg.auth_token)] if cfg.auth_token else []
+        self._server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_receive_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_send_message_bytes),
+                ("grpc.keepalive_time_ms", 20_000),  # find dead peers so their rows get freed
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ],
+        )
+        handlers = {
+            "Session": grpc.stream_stream_rpc_method_handler(
+                self._session, response_serializer=pb.SessionEvent.SerializeToString
+            ),
+            "Info": grpc.unary_unary_rpc_method_handler(
+                self._info, response_serializer=pb.InfoResponse.SerializeToString
+            ),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
+        )
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        await self._set_health(False)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        bind = f"{cfg.host}:{cfg.port}"
+        if cfg.tls is not None:
+            self.port = self._server.add_secure_port(bind, cfg.tls.server_credentials())
+        else:
+            self.port = self._server.add_insecure_port(bind)
+        if self.port == 0:
+            raise RuntimeError(f"could not bind {bind}: is the port in use?")
+        await self._server.start()
+
+    async def _set_health(self, serving: bool) -> None:
+        assert self._health is not None
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, status)
+
+    async def _info(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.InfoResponse:
+        try:
+            codec.decode_info_request(raw)
+        except codec.WireError as e:
+            await context.abort(_STATUS[e.code], f"{e.field}: {e.message}")
+        assert self.engine_loop is not None
+        try:
+            info = await asyncio.wait_for(asyncio.wrap_future(self.engine_loop.info()), timeout=30)
+        except WorkerUnavailable as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        return codec.encode_info(codec.WorkerInfo(self.worker_id, self.engine_loop.state, info))
+
+    async def _session(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SessionEvent]:
+        loop = self.engine_loop
+        assert loop is not None
+        if loop.state != "serving":
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"worker is {loop.state}; retry later or elsewhere"
+            )
+        if self._num_sessions >= self.config.max_concurrent_sessions:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"max_concurrent_sessions={self.config.max_concurrent_sessions} reached; reuse a session",
+            )
+        aloop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[object] = asyncio.Queue()
+        session_id = loop.open_session(
+            lambda items: aloop.call_soon_threadsafe(inbox.put_nowait, items)
+        )
+        pending: set[str] = set()  # client ids submitted and not yet finished
+        reader = asyncio.ensure_future(self._read(requests, session_id, inbox, pending))
+        self._num_sessions += 1
+        try:
+            half_closed = False
+            while not (half_closed and not pending):
+                items = [await inbox.get()]
+                while not inbox.empty():
+                    items.append(inbox.get_nowait())
+                events: list = []
+                for item in items:
+                    if item is _HALF_CLOSE:
+                        half_closed = True
+                    elif isinstance(item, codec.WireError):
+                        await context.abort(_STATUS[item.code], f"{item.field}: {item.message}")
+                    elif isinstance(item, BaseException):
+                        await context.abort(
+                            grpc.StatusCode.UNAVAILABLE, f"worker engine failed: {item!r}"
+                        )
+                    elif isinstance(item, _LocalErrors):
+                        events.extend(item)
+                    else:
+                        for ev in item:  # type: ignore[attr-defined]
+                            if isinstance(ev, codec.RequestError) or ev.finished:
+                                pending.discard(ev.request_id)
+                        events.extend(item)  # type: ignore[arg-type]
+                if events:
+                    yield codec.encode_events(events)
+        finally:
+            reader.cancel()
+            loop.close_session(session_id)
+            self._num_sessions -= 1
+
+    async def _read(
+        self,
+        requests: AsyncIterator[bytes],
+        session_id: int,
+        inbox: asyncio.Queue[object],
+        pending: set[str],
+    ) -> None:
+        loop = self.engine_loop
+        assert loop is not None
+        try:
+            async for raw in requests:
+                try:
+                    batch = codec.decode_batch(raw, self.config.limits)
+                except codec.WireError as e:
+                    inbox.put_nowait(e)
+                    return
+                local = _LocalErrors(batch.errors)
+                fresh = []
+                for req in batch.submit:
+                    if req.request_id in pending:
+                        local.append(
+                            codec.RequestError(
+                                req.request_id,
+                                codec.INVALID_ARGUMENT,
+                                "id",
+                                f"request id {req.request_id!r} is already running on this session",
+                            )
+                        )
+                        continue
+                    pending.add(req.request_id)
+                    fresh.append(req)
+                loop.submit(session_id, fresh)  # before aborts, so "submit X, abort X" aborts X
+                loop.abort(session_id, [rid for rid in batch.abort if rid in pending])
+                if local:
+                    inbox.put_nowait(local)
+            inbox.put_nowait(_HALF_CLOSE)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the request stream broke; the handler's finally aborts our rows
+            log.debug("session %s read failed: %r", session_id, e)
+            inbox.put_nowait(
+                codec.WireError(
+                    codec.UNAVAILABLE, "SessionRequest", f"request stream failed: {e!r}"
+                )
+            )

@@ -1,0 +1,411 @@
+"""The one place where worker wire messages become dataclasses and back.
+
+Protobuf (protos/specfleet/v1/worker.proto) is the envelope; bodies are msgpack maps with a
+content type and schema version; token ids are packed little-endian uint32 `bin` values. Both
+directions live here so the scheduler can reuse the encoders: this module imports neither mlx
+nor grpc. Decoding is strict (unknown keys and protobuf fields are refused) and bounded
+(`CodecLimits`); failures raise `WireError` naming the field, which the server maps to a gRPC
+status. Per-request problems (bad params, bad tokens) are returned as `RequestError`s so that
+one bad request never fails its batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from google.protobuf import message as pb_message
+from google.protobuf import unknown_fields
+
+from protos.specfleet.v1 import worker_pb2 as pb
+from workers.types import EngineInfo, RequestOutput, SamplingParams
+
+SCHEMA_VERSION = 1
+CT_BATCH = "application/vnd.specfleet.batch+msgpack"
+CT_EVENTS = "application/vnd.specfleet.events+msgpack"
+CT_INFO = "application/vnd.specfleet.info+msgpack"
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+UNAVAILABLE = "UNAVAILABLE"
+
+_PARAM_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
+_INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}
+_STATS_KEYS = (
+    "num_prompt_tokens",
+    "num_generated_tokens",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+)
+
+
+@dataclass(frozen=True)
+class CodecLimits:
+    """Bounds on everything arriving from outside; the server passes its config here."""
+
+    max_body_bytes: int = 64 * 1024 * 1024  # msgpack Unpacker max_buffer_size
+    max_requests_per_batch: int = 4096
+    max_aborts_per_batch: int = 65536
+    max_request_id_len: int = 256
+    max_stop_sequences: int = 64
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"CodecLimits.{f.name}={value!r} is invalid: pass an int > 0")
+
+
+class WireError(Exception):
+    """A message that cannot be accepted at all; maps to a gRPC status in the server."""
+
+    def __init__(self, code: str, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.code = code
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    request_id: str
+    prompt: list[int]  # [num_prompt_tokens]
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class RequestError:
+    """A request refused before or while entering the engine; the stream stays open."""
+
+    request_id: str
+    code: str
+    field: str
+    message: str
+
+
+@dataclass
+class SessionBatch:
+    submit: list[SubmitRequest] = field(default_factory=list)
+    abort: list[str] = field(default_factory=list)
+    errors: list[RequestError] = field(default_factory=list)  # per-request decode failures
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    state: str  # "loading" | "serving" | "draining"
+    engine: EngineInfo
+
+
+# ---------------------------------------------------------------- primitives
+
+
+def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
+    return struct.pack(f"<{len(tokens)}I", *tokens)
+
+
+def unpack_tokens(data: object, field_name: str) -> list[int]:
+    if not isinstance(data, bytes):
+        raise WireError(
+            INVALID_ARGUMENT, field_name, f"expected packed uint32 bytes, got {type(data).__name__}"
+        )
+    if len(data) % 4:
+        raise WireError(
+            INVALID_ARGUMENT, field_name, f"length {len(data)} is not a multiple of 4 (uint32 LE)"
+        )
+    return list(struct.unpack(f"<{len(data) // 4}I", data))
+
+
+def _payload(content_type: str, body: object) -> pb.Payload:
+    return pb.Payload(
+        content_type=content_type,
+        schema_version=SCHEMA_VERSION,
+        body=msgpack.packb(body, use_bin_type=True),
+    )
+
+
+def _check_no_unknown_fields(msg: pb_message.Message, name: str) -> None:
+    unknown = unknown_fields.UnknownFieldSet(msg)
+    if len(unknown):
+        numbers = sorted({f.field_number for f in unknown})
+        raise WireError(
+            INVALID_ARGUMENT,
+            name,
+            f"unknown protobuf field number(s) {numbers} (schema v{SCHEMA_VERSION})",
+        )
+
+
+def _parse_envelope(cls: type, data: bytes, content_type: str, limits: CodecLimits) -> Any:
+    """Parse a protobuf envelope and unpack its msgpack body, strictly and within limits."""
+    name = cls.__name__
+    try:
+        msg = cls.FromString(data)
+    except pb_message.DecodeError as e:
+        raise WireError(INVALID_ARGUMENT, name, f"malformed protobuf: {e}") from None
+    _check_no_unknown_fields(msg, name)
+    if not msg.HasField("payload"):
+        raise WireError(INVALID_ARGUMENT, f"{name}.payload", "missing")
+    payload = msg.payload
+    _check_no_unknown_fields(payload, f"{name}.payload")
+    if payload.schema_version != SCHEMA_VERSION:
+        raise WireError(
+            INVALID_ARGUMENT,
+            f"{name}.payload.schema_version",
+            f"{payload.schema_version} is not supported; this worker speaks v{SCHEMA_VERSION}",
+        )
+    if payload.content_type != content_type:
+        raise WireError(
+            INVALID_ARGUMENT,
+            f"{name}.payload.content_type",
+            f"{payload.content_type!r}; expected {content_type!r}",
+        )
+    return unpack_body(payload.body, f"{name}.payload.body", limits)
+
+
+def unpack_body(body: bytes, field_name: str, limits: CodecLimits) -> Any:
+    unpacker = msgpack.Unpacker(
+        None, raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.max_body_bytes
+    )
+    try:
+        unpacker.feed(body)
+    except msgpack.BufferFull:
+        raise WireError(
+            RESOURCE_EXHAUSTED,
+            field_name,
+            f"{len(body)} bytes exceeds max_body_bytes={limits.max_body_bytes}",
+        ) from None
+    try:
+        obj = unpacker.unpack()
+    except msgpack.OutOfData:
+        raise WireError(INVALID_ARGUMENT, field_name, "truncated or empty msgpack") from None
+    except Exception as e:  # msgpack raises several types (ValueError, FormatError, StackError ...)
+        raise WireError(
+            INVALID_ARGUMENT, field_name, f"malformed msgpack: {type(e).__name__}: {e}"
+        ) from None
+    if unpacker.tell() != len(body):
+        raise WireError(
+            INVALID_ARGUMENT,
+            field_name,
+            f"{len(body) - unpacker.tell()} trailing bytes after the msgpack map",
+        )
+    return obj
+
+
+def _expect_map(obj: object, name: str, allowed: set[str] | dict) -> dict:
+    if not isinstance(obj, dict):
+        raise WireError(INVALID_ARGUMENT, name, f"expected a map, got {type(obj).__name__}")
+    extra = sorted(str(k) for k in obj if k not in allowed)
+    if extra:
+        raise WireError(
+            INVALID_ARGUMENT,
+            f"{name}.{extra[0]}",
+            f"unknown key; allowed keys are {sorted(allowed)}",
+        )
+    return obj
+
+
+def _expect_list(obj: object, name: str, max_len: int) -> list:
+    if not isinstance(obj, list):
+        raise WireError(INVALID_ARGUMENT, name, f"expected an array, got {type(obj).__name__}")
+    if len(obj) > max_len:
+        raise WireError(RESOURCE_EXHAUSTED, name, f"{len(obj)} entries exceeds the limit {max_len}")
+    return obj
+
+
+def _expect_id(obj: object, name: str, limits: CodecLimits) -> str:
+    if not isinstance(obj, str) or not obj:
+        raise WireError(
+            INVALID_ARGUMENT, name, f"expected a non-empty string request id, got {obj!r:.80}"
+        )
+    if len(obj) > limits.max_request_id_len:
+        raise WireError(
+            INVALID_ARGUMENT,
+            name,
+            f"length {len(obj)} exceeds max_request_id_len={limits.max_request_id_len}",
+        )
+    return obj
+
+
+# ---------------------------------------------------------------- session requests
+
+
+def params_to_wire(params: SamplingParams) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, f in _PARAM_FIELDS.items():
+        value = getattr(params, name)
+        if value == f.default or (
+            f.default_factory is not dataclasses.MISSING and value == f.default_factory()
+        ):
+            continue  # defaults stay implicit; the receiver's SamplingParams fills them
+        if name == "stop":
+            value = [s if isinstance(s, str) else pack_tokens(s) for s in value]
+        elif name == "stop_token_ids":
+            value = pack_tokens(value)
+        out[name] = value
+    return out
+
+
+def params_from_wire(obj: object, name: str, limits: CodecLimits) -> SamplingParams:
+    """SamplingParams from a wire map; raises WireError naming the field on any bad value."""
+    kw = dict(_expect_map(obj, name, _PARAM_FIELDS))
+    if "stop" in kw:
+        stops = _expect_list(kw["stop"], f"{name}.stop", limits.max_stop_sequences)
+        kw["stop"] = tuple(
+            s if isinstance(s, str) else tuple(unpack_tokens(s, f"{name}.stop[{i}]"))
+            for i, s in enumerate(stops)
+        )
+    if "stop_token_ids" in kw:
+        kw["stop_token_ids"] = tuple(unpack_tokens(kw["stop_token_ids"], f"{name}.stop_token_ids"))
+    try:
+        return SamplingParams(**kw)
+    except (ValueError, TypeError) as e:
+        m = re.match(r"SamplingParams\.(\w+)=", str(e))
+        raise WireError(INVALID_ARGUMENT, f"{name}.{m.group(1)}" if m else name, str(e)) from None
+
+
+def encode_batch(submit: list[SubmitRequest], abort: list[str] = ()) -> pb.SessionRequest:  # type: ignore[assignment]
+    body: dict[str, Any] = {}
+    if submit:
+        body["submit"] = [
+            {
+                "id": r.request_id,
+                "prompt": pack_tokens(r.prompt),
+                "params": params_to_wire(r.params),
+            }
+            for r in submit
+        ]
+    if abort:
+        body["abort"] = list(abort)
+    return pb.SessionRequest(payload=_payload(CT_BATCH, body))
+
+
+def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
+    """Decode serialized SessionRequest bytes. Envelope problems raise WireError; problems
+    confined to one identifiable request land in SessionBatch.errors."""
+    body = _expect_map(
+        _parse_envelope(pb.SessionRequest, data, CT_BATCH, limits), "body", {"submit", "abort"}
+    )
+    batch = SessionBatch()
+    items = _expect_list(body.get("submit", []), "submit", limits.max_requests_per_batch)
+    for i, item in enumerate(items):
+        where = f"submit[{i}]"
+        if not isinstance(item, dict):
+            raise WireError(INVALID_ARGUMENT, where, f"expected a map, got {type(item).__name__}")
+        request_id = _expect_id(item.get("id"), f"{where}.id", limits)
+        try:
+            _expect_map(item, where, {"id", "prompt", "params"})
+            if "prompt" not in item:
+                raise WireError(
+                    INVALID_ARGUMENT, f"{where}.prompt", "missing; send packed uint32 token ids"
+                )
+            prompt = unpack_tokens(item["prompt"], f"{where}.prompt")
+            params = params_from_wire(item.get("params", {}), f"{where}.params", limits)
+        except WireError as e:
+            batch.errors.append(RequestError(request_id, e.code, e.field, e.message))
+            continue
+        batch.submit.append(SubmitRequest(request_id, prompt, params))
+    aborts = _expect_list(body.get("abort", []), "abort", limits.max_aborts_per_batch)
+    batch.abort = [_expect_id(a, f"abort[{i}]", limits) for i, a in enumerate(aborts)]
+    return batch
+
+
+# ---------------------------------------------------------------- session events
+
+
+def _output_to_wire(out: RequestOutput) -> dict[str, Any]:
+    event: dict[str, Any] = {"id": out.request_id, "type": "finish" if out.finished else "delta"}
+    event["tokens"] = pack_tokens(out.new_tokens)
+    if out.new_logprobs is not None:
+        event["logprobs"] = struct.pack(f"<{len(out.new_logprobs)}f", *out.new_logprobs)
+    if out.finished:
+        event["finish_reason"] = out.finish_reason
+        if out.error is not None:
+            event["error"] = out.error
+        event["stats"] = {k: getattr(out, k) for k in _STATS_KEYS}
+    return event
+
+
+def encode_events(items: list[RequestOutput | RequestError]) -> pb.SessionEvent:
+    events = []
+    for item in items:
+        if isinstance(item, RequestError):
+            events.append(
+                {
+                    "id": item.request_id,
+                    "type": "error",
+                    "code": item.code,
+                    "field": item.field,
+                    "message": item.message,
+                }
+            )
+        else:
+            events.append(_output_to_wire(item))
+    return pb.SessionEvent(payload=_payload(CT_EVENTS, {"events": events}))
+
+
+def decode_events(
+    msg: pb.SessionEvent, limits: CodecLimits | None = None
+) -> list[RequestOutput | RequestError]:
+    """Client side: SessionEvent -> RequestOutput (delta/finish) and RequestError items."""
+    limits = limits or CodecLimits()
+    body = _parse_envelope(pb.SessionEvent, msg.SerializeToString(), CT_EVENTS, limits)
+    out: list[RequestOutput | RequestError] = []
+    for i, ev in enumerate(
+        _expect_list(_expect_map(body, "body", {"events"}).get("events"), "events", 1 << 30)
+    ):
+        if not isinstance(ev, dict):
+            raise WireError(INVALID_ARGUMENT, f"events[{i}]", "expected a map")
+        if ev.get("type") == "error":
+            out.append(RequestError(ev["id"], ev["code"], ev["field"], ev["message"]))
+            continue
+        logprobs = ev.get("logprobs")
+        ro = RequestOutput(
+            request_id=ev["id"],
+            new_tokens=unpack_tokens(ev.get("tokens", b""), f"events[{i}].tokens"),
+            finished=ev.get("type") == "finish",
+            finish_reason=ev.get("finish_reason"),
+            error=ev.get("error"),
+            new_logprobs=list(struct.unpack(f"<{len(logprobs) // 4}f", logprobs))
+            if logprobs
+            else None,
+        )
+        for k, v in ev.get("stats", {}).items():
+            if k in _STATS_KEYS:
+                setattr(ro, k, v)
+        out.append(ro)
+    return out
+
+
+# ---------------------------------------------------------------- info
+
+
+def decode_info_request(data: bytes) -> pb.InfoRequest:
+    try:
+        msg = pb.InfoRequest.FromString(data)
+    except pb_message.DecodeError as e:
+        raise WireError(INVALID_ARGUMENT, "InfoRequest", f"malformed protobuf: {e}") from None
+    _check_no_unknown_fields(msg, "InfoRequest")
+    return msg
+
+
+def encode_info(info: WorkerInfo) -> pb.InfoResponse:
+    body = dataclasses.asdict(info.engine)
+    body.update(worker_id=info.worker_id, state=info.state)
+    return pb.InfoResponse(payload=_payload(CT_INFO, body))
+
+
+def decode_info(msg: pb.InfoResponse, limits: CodecLimits | None = None) -> WorkerInfo:
+    body = _parse_envelope(
+        pb.InfoResponse, msg.SerializeToString(), CT_INFO, limits or CodecLimits()
+    )
+    if not isinstance(body, dict):
+        raise WireError(INVALID_ARGUMENT, "InfoResponse.payload.body", "expected a map")
+    # Lenient on extra keys: a newer worker may report more facts under the same schema.
+    engine = EngineInfo(**{k: v for k, v in body.items() if k in _INFO_FIELDS})
+    return WorkerInfo(
+        worker_id=body.get("worker_id", ""), state=body.get("state", ""), engine=engine
+    )
