@@ -10,6 +10,7 @@ add_request / abort / step / info.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposa
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 from workers.rows import Row
+from workers.sampling.round import RoundSampling
 from workers.types import (
     MAX_DRAFT_DEPTH,
     Completion,
@@ -200,9 +202,10 @@ class Engine:
     def _round(self, stats: RoundStats) -> None:
         """draft -> verify -> accept -> compact -> emit, for every running row at once."""
         t0 = time.perf_counter()
-        proposal = self._draft()
+        sampling = self._sampling()  # None: every row greedy without penalties
+        proposal = self._draft(sampling)
         t1 = time.perf_counter()
-        verdict = self._verify(proposal)
+        verdict = self._verify(proposal, sampling)
         t2 = time.perf_counter()
         self.cache.commit(verdict.num_accepted + 1)  # last token + accepted drafts stay
         if self.drafter is not None:
@@ -211,15 +214,25 @@ class Engine:
         self._emit(proposal, verdict, stats)
         stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
 
-    def _draft(self) -> Proposal:
+    def _sampling(self) -> RoundSampling | None:
+        return RoundSampling.for_rows(
+            [r.params for r in self.rows],
+            [r.seed for r in self.rows],
+            [r.history for r in self.rows],
+            [r.prompt_len for r in self.rows],
+            self.vocab_size,
+        )
+
+    def _draft(self, sampling: RoundSampling | None = None) -> Proposal:
         depths = self._draft_depths()
         if self.drafter is None or depths.max(initial=0) == 0:
             return empty_proposal(len(self.rows))
-        return self.drafter.propose(
-            DraftRequest(histories=[r.history for r in self.rows], depths=depths)
-        )
+        request = DraftRequest(histories=[r.history for r in self.rows], depths=depths)
+        if sampling is not None:
+            request.select = sampling.select  # per-row sampled drafts (and q for rejection)
+        return self.drafter.propose(request)
 
-    def _verify(self, proposal: Proposal) -> Verdict:
+    def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         windows = [
             [r.history[-1], *proposal.tokens[i, : proposal.counts[i]].tolist()]
             for i, r in enumerate(self.rows)
@@ -227,6 +240,8 @@ class Engine:
         tokens, _ = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
         logits = forward_window(self.model, self.cache, tokens)  # [B, K+1, V]
         want_logprobs = any(r.params.logprobs for r in self.rows)
+        if sampling is not None:
+            return sampling.verify(logits, proposal, want_logprobs)
         return verify_greedy(logits, proposal, want_logprobs)
 
     def _emit(self, proposal: Proposal, verdict: Verdict, stats: RoundStats) -> None:
@@ -377,6 +392,8 @@ class Engine:
             stop_seqs=tuple(s for s in seqs if len(s) > 1),
             max_context=self.max_context,
             arrival_s=time.monotonic(),
+            # Unseeded requests still get a fixed per-request seed: keys need one (keys.py).
+            seed=params.seed if params.seed is not None else secrets.randbits(63),
         )
 
     def _reserve_tokens(self, prompt_len: int, params: SamplingParams) -> int:

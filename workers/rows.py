@@ -19,6 +19,7 @@ class Row:
     stop_seqs: tuple[tuple[int, ...], ...]  # multi-token stop sequences
     max_context: int
     arrival_s: float = 0.0
+    seed: int = 0  # PRNG seed of every sampled draw (workers.sampling.keys)
     num_sent: int = 0  # output tokens already released in events
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0

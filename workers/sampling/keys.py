@@ -49,7 +49,7 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 def position_keys(
     seeds: Sequence[int],  # [B], each in [0, 2**63)
     positions: np.ndarray,  # [B, W] absolute token positions (>= 0)
-    stream: int,
+    stream: int | Sequence[int],  # one stream for all rows, or one per row [B]
 ) -> mx.array:
     """[B, W, 2] uint32 MLX PRNG keys, one per (seed, position, stream)."""
     pos = np.asarray(positions, dtype=np.int64)
@@ -58,7 +58,8 @@ def position_keys(
     if pos.size and pos.min() < 0:
         raise ValueError(f"positions must be >= 0, got min {pos.min()}")
     seed = np.asarray([int(s) for s in seeds], dtype=np.uint64)[:, None]  # [B, 1]
-    h = _splitmix64(seed ^ _splitmix64(np.full_like(seed, stream)))
+    streams = np.broadcast_to(np.asarray(stream, dtype=np.uint64).reshape(-1, 1), seed.shape)
+    h = _splitmix64(seed ^ _splitmix64(streams))
     h = _splitmix64(h ^ pos.astype(np.uint64))  # [B, W]
     words = np.stack([h >> np.uint64(32), h & np.uint64(0xFFFFFFFF)], axis=-1)
     return mx.array(words.astype(np.uint32))
@@ -85,7 +86,7 @@ def gumbel_noise(
     start_positions: Sequence[int],  # [B] absolute position of window slot 0
     width: int,  # W
     vocab_size: int,  # V
-    stream: int = STREAM_TARGET,
+    stream: int | Sequence[int] = STREAM_TARGET,  # or one per row
 ) -> mx.array:
     """[B, W, V] float32 standard Gumbel noise; row b slot i is keyed by (seed[b], start[b]+i)."""
     B = len(seeds)
