@@ -12,6 +12,7 @@ one bad request never fails its batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -258,6 +259,14 @@ def params_from_wire(obj: object, name: str, limits: CodecLimits) -> SamplingPar
             s if isinstance(s, str) else tuple(unpack_tokens(s, f"{name}.stop[{i}]"))
             for i, s in enumerate(stops)
         )
+    for key in ("ignore_eos", "logprobs"):
+        if key in kw and not isinstance(kw[key], bool):
+            raise WireError(INVALID_ARGUMENT, f"{name}.{key}", f"{kw[key]!r:.40} is not a bool")
+    for key in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty"):
+        if isinstance(kw.get(key), float) and not math.isfinite(kw[key]):
+            raise WireError(
+                INVALID_ARGUMENT, f"{name}.{key}", f"{kw[key]!r} is not a finite number"
+            )
     if "stop_token_ids" in kw:
         kw["stop_token_ids"] = tuple(unpack_tokens(kw["stop_token_ids"], f"{name}.stop_token_ids"))
     try:
