@@ -61,7 +61,8 @@ class ModelDrafter:
             drafted.append(chosen)
             probs.append(q)
             tokens, valid = chosen[:, None], np.ones(B, dtype=np.int64)
-            mx.eval(chosen, *self.cache.state_arrays())
+        # One evaluation for all K steps: each step's tokens feed the next lazily.
+        mx.eval(drafted, *self.cache.state_arrays())
         # The last draft is chosen but never fed: K-1 draft tokens went in after the tail.
         self._fed = self._tail + (K - 1)
         out = np.array(mx.stack(drafted, axis=1), dtype=np.int32)  # [B, K]

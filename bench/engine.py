@@ -1,0 +1,195 @@
+"""Engine benchmark: tokens/s against mlx-lm's BatchGenerator in the same process.
+
+    .venv/bin/python bench/engine.py [--model DIR --draft DIR] [--out bench/out/engine.json]
+
+Without --model it uses the embedded default model (workers/default_model) when present,
+else a random llama-shaped model. Every configuration runs on the same prompts, one warm-up
+pass each. Also measures the verify round and the compaction step at context 256 vs 4096,
+next to the cost of a roll-style compaction (what mlx-vlm does every round) on the same cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
+from workers.engine import DEFAULT_MODEL_DIR
+
+
+def load_models(args: argparse.Namespace):
+    from mlx_lm import load
+
+    model_dir = Path(args.model) if args.model else DEFAULT_MODEL_DIR / "target"
+    if (model_dir / "config.json").exists():
+        target, tok = load(str(model_dir))
+        draft_dir = Path(args.draft) if args.draft else model_dir.parent / "draft"
+        draft = load(str(draft_dir))[0] if (draft_dir / "config.json").exists() else None
+        return target, tok, draft, str(model_dir)
+    from tests.tiny import perturbed, tiny_model
+
+    target = tiny_model("llama", seed=0, layers=4)
+    return target, None, perturbed(target, 0.2), "random-llama-tiny"
+
+
+def prompts_for(tok, n: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    heldout = DEFAULT_MODEL_DIR / "heldout_prompts.jsonl"
+    if tok is not None and heldout.exists():
+        lines = [json.loads(x) for x in heldout.read_text().splitlines() if x.strip()]
+        texts = [ln["body"]["prompt"] for ln in lines][:n]
+        return [tok.encode(t, add_special_tokens=False) for t in texts]
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, size=int(rng.integers(8, 64))).tolist() for _ in range(n)]
+
+
+def run_batch_generator(model, prompts, max_tokens: int, B: int) -> dict:
+    from mlx_lm.generate import BatchGenerator
+
+    gen = BatchGenerator(
+        model, max_tokens=max_tokens, completion_batch_size=B, prefill_batch_size=B
+    )
+    t0 = time.perf_counter()
+    gen.insert(prompts, max_tokens=[max_tokens] * len(prompts))
+    n, done = 0, 0
+    while done < len(prompts):
+        for r in gen.next_generated():
+            n += 1
+            done += r.finish_reason is not None
+    dt = time.perf_counter() - t0
+    gen.close()
+    return {"tokens": n, "seconds": dt, "tokens_per_s": n / dt}
+
+
+def run_engine(model, tok, drafter, prompts, max_tokens: int, B: int, depth: int) -> dict:
+    engine = Engine(model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth)
+    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, sp)
+    dt = time.perf_counter() - t0
+    stats = engine.take_round_stats()
+    n = sum(len(o.tokens) for o in outs)
+    drafts = sum(s.num_drafts for s in stats)
+    accepted = sum(s.num_accepted_tokens for s in stats)
+    return {
+        "tokens": n,
+        "seconds": dt,
+        "tokens_per_s": n / dt,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "acceptance_rate": accepted / max(1, sum(s.num_draft_tokens for s in stats)),
+        "rounds": len(stats),
+    }
+
+
+def context_scaling(
+    model, drafter_factory, contexts=(256, 4096), B: int = 4, depth: int = 4
+) -> dict:
+    """Verify-round and compaction time per round at two context lengths."""
+    from mlx_lm.models.cache import dynamic_roll
+
+    out = {}
+    vocab = int(model.args.vocab_size)
+    rng = np.random.default_rng(1)
+    for ctx in contexts:
+        engine = Engine(
+            model,
+            None,
+            drafter=drafter_factory(),
+            max_batch_size=B,
+            draft_depth=depth,
+            max_context=ctx + 128,
+            prefill_step_size=1024,
+        )
+        for i in range(B):
+            engine.add_request(
+                f"c{i}",
+                rng.integers(0, vocab, size=ctx).tolist(),
+                SamplingParams(max_tokens=40, ignore_eos=True),
+            )
+        engine.step()  # prefill (+ first round)
+        engine.take_round_stats()
+        while engine.has_work():
+            engine.step()
+        stats = engine.take_round_stats()
+        # Roll-style compaction: gather the whole slot axis of every layer's K and V.
+        layers = engine.cache.layers if engine.cache.num_rows else None
+        keys = mx.random.normal((B, 4, ctx + 64, 64))
+        shifts = mx.array(rng.integers(0, 4, size=B))
+        mx.eval(keys, shifts)
+        t0 = time.perf_counter()
+        for _ in range(20):
+            mx.eval(dynamic_roll(keys, shifts[:, None], axis=2))
+        roll_s = (time.perf_counter() - t0) / 20 * 2 * len(model.layers)  # K and V, all layers
+        del layers
+        out[str(ctx)] = {
+            "verify_round_ms": 1e3 * float(np.median([s.time_verify_s for s in stats])),
+            "draft_ms": 1e3 * float(np.median([s.time_draft_s for s in stats])),
+            "compact_ms": 1e3 * float(np.median([s.time_compact_s for s in stats])),
+            "roll_compaction_ms": 1e3 * roll_s,
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--draft")
+    ap.add_argument("--batch-sizes", default="1,4,8")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--out", default="bench/out/engine.json")
+    args = ap.parse_args()
+
+    target, tok, draft, model_name = load_models(args)
+    vocab = int(target.args.vocab_size)
+    results: dict = {
+        "model": model_name,
+        "machine": f"{platform.machine()} {platform.processor() or ''} {mx.default_device()}",
+        "max_tokens": args.max_tokens,
+        "draft_depth": args.depth,
+        "batch": {},
+    }
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+        prompts = prompts_for(tok, max(args.prompts, B), vocab)
+        row = {}
+        configs = {
+            "mlx_lm_batch_generator": lambda: run_batch_generator(
+                target, prompts, args.max_tokens, B
+            ),
+            "specfleet_plain": lambda: run_engine(
+                target, tok, None, prompts, args.max_tokens, B, 1
+            ),
+            "specfleet_ngram": lambda: run_engine(
+                target, tok, NgramDrafter(), prompts, args.max_tokens, B, args.depth
+            ),
+        }
+        if draft is not None:
+            configs["specfleet_draft_model"] = lambda: run_engine(
+                target, tok, ModelDrafter(draft), prompts, args.max_tokens, B, args.depth
+            )
+        for name, fn in configs.items():
+            fn()  # warm-up: compile kernels, allocate buffers
+            row[name] = fn()
+        base = row["mlx_lm_batch_generator"]["tokens_per_s"]
+        for r in row.values():
+            r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base
+        results["batch"][str(B)] = row
+        print(f"B={B}: " + ", ".join(f"{k} {v['tokens_per_s']:.0f} tok/s" for k, v in row.items()))
+
+    results["context_scaling"] = context_scaling(
+        target, (lambda: ModelDrafter(draft)) if draft is not None else NgramDrafter
+    )
+    print("context scaling:", json.dumps(results["context_scaling"]))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
