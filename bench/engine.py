@@ -157,25 +157,17 @@ def main() -> None:
     }
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         prompts = prompts_for(tok, max(args.prompts, B), vocab)
-        row = {}
-        configs = {
-            "mlx_lm_batch_generator": lambda: run_batch_generator(
-                target, prompts, args.max_tokens, B
-            ),
-            "specfleet_plain": lambda: run_engine(
-                target, tok, None, prompts, args.max_tokens, B, 1
-            ),
-            "specfleet_ngram": lambda: run_engine(
-                target, tok, NgramDrafter(), prompts, args.max_tokens, B, args.depth
-            ),
-        }
+        drafters = {"specfleet_plain": None, "specfleet_ngram": NgramDrafter}
         if draft is not None:
-            configs["specfleet_draft_model"] = lambda: run_engine(
-                target, tok, ModelDrafter(draft), prompts, args.max_tokens, B, args.depth
-            )
-        for name, fn in configs.items():
-            fn()  # warm-up: compile kernels, allocate buffers
-            row[name] = fn()
+            drafters["specfleet_draft_model"] = lambda: ModelDrafter(draft)
+        row = {}
+        run_batch_generator(target, prompts, args.max_tokens, B)  # warm-up
+        row["mlx_lm_batch_generator"] = run_batch_generator(target, prompts, args.max_tokens, B)
+        for name, make in drafters.items():
+            for _ in range(2):  # the first pass warms up kernels and buffers
+                drafter = make() if make is not None else None
+                depth = args.depth if make is not None else 1
+                row[name] = run_engine(target, tok, drafter, prompts, args.max_tokens, B, depth)
         base = row["mlx_lm_batch_generator"]["tokens_per_s"]
         for r in row.values():
             r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base
