@@ -1,0 +1,58 @@
+"""What engine a worker should build: a plain, picklable description (CLI flags and Ray actor
+arguments become one of these), so the model is loaded once, inside the worker process."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.types import MAX_DRAFT_DEPTH
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    model: str | None = None  # mlx-lm model directory; None = the embedded default model
+    drafter: str | None = None  # "model:PATH" | "ngram" | "mtp" | None
+    draft_depth: int = 4
+    max_batch_size: int = 16
+    max_context: int | None = None
+    # "package.module:function" returning a ready Engine (custom loaders, tests); overrides model.
+    factory: str | None = None
+    factory_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.draft_depth, int) and 1 <= self.draft_depth <= MAX_DRAFT_DEPTH):
+            raise ValueError(
+                f"EngineSpec.draft_depth={self.draft_depth!r} is invalid: use 1..{MAX_DRAFT_DEPTH}"
+            )
+        if not (isinstance(self.max_batch_size, int) and self.max_batch_size >= 1):
+            raise ValueError(
+                f"EngineSpec.max_batch_size={self.max_batch_size!r} is invalid: use an int >= 1"
+            )
+        if self.factory is not None and self.factory.count(":") != 1:
+            raise ValueError(
+                f"EngineSpec.factory={self.factory!r} is invalid: use 'package.module:function'"
+            )
+
+    @property
+    def model_name(self) -> str:
+        """The `model` metrics label."""
+        if self.factory is not None:
+            return self.factory.rsplit(":", 1)[1]
+        return self.model.rstrip("/").rsplit("/", 1)[-1] if self.model else "specfleet-default"
+
+    def build(self) -> Any:
+        """Load the engine (imports mlx); runs on the worker's engine thread."""
+        if self.factory is not None:
+            module, func = self.factory.split(":")
+            return getattr(importlib.import_module(module), func)(**self.factory_kwargs)
+        from workers import Engine
+
+        config: dict[str, Any] = {
+            "draft_depth": self.draft_depth,
+            "max_batch_size": self.max_batch_size,
+        }
+        if self.max_context is not None:
+            config["max_context"] = self.max_context
+        return Engine.load(self.model, drafter=self.drafter, **config)
