@@ -21,3 +21,31 @@ def make_engine(
         max_batch_size=max_batch_size,
         model_id="tiny-llama",
     )
+
+
+POISON = [255, 255, 255, 255]
+
+
+class _Fragile:
+    """The real engine, except that step() raises once a POISON prompt was added: a stand-in
+    for a fatal engine fault (Metal error, OOM) to show the worker process exits on it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._poisoned = False
+
+    def add_request(self, request_id, prompt, params) -> None:
+        self._poisoned |= list(prompt) == POISON
+        self._engine.add_request(request_id, prompt, params)
+
+    def step(self):
+        if self._poisoned:
+            raise RuntimeError("simulated fatal engine fault")
+        return self._engine.step()
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+
+def make_fragile_engine(**kwargs) -> _Fragile:
+    return _Fragile(make_engine(**kwargs))
