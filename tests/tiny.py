@@ -41,6 +41,28 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: i
             **common,
         )
         cls = qwen3.Model
+    elif arch == "qwen3_5":
+        from mlx_lm.models import qwen3_5
+
+        text = dict(
+            common,
+            model_type="qwen3_5",
+            head_dim=16,
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            full_attention_interval=2,
+            max_position_embeddings=4096,
+            rope_parameters={
+                "type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+            },
+        )
+        args = qwen3_5.ModelArgs(model_type="qwen3_5", text_config=text)
+        cls = qwen3_5.Model
     else:
         raise ValueError(f"unknown tiny arch {arch!r}")
     mx.random.seed(seed)
@@ -104,3 +126,44 @@ def make_tiny_tokenizer():
     tok.train_from_iterator(text, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
     return TokenizerWrapper(fast)
+
+
+class OracleDrafter:
+    """Test drafter: proposes the reference continuation, corrupting some drafts on purpose.
+
+    A stand-in for a real drafter where the test is about the target side (rollback of
+    recurrent state, compaction): it makes accept counts differ across rows and rounds for any
+    target, deterministically. `refs` maps a prompt (tuple) to its reference continuation.
+    """
+
+    name = "oracle"
+    needs_target_hidden = False
+
+    def __init__(self, refs: dict[tuple[int, ...], list[int]], vocab: int = VOCAB, every: int = 3):
+        self.refs, self.vocab, self.every = refs, vocab, every
+
+    def add_rows(self, histories) -> None:
+        pass
+
+    def keep_rows(self, keep) -> None:
+        pass
+
+    def commit(self, num_accepted) -> None:
+        pass
+
+    def propose(self, request):
+        from workers.drafters.base import Proposal
+
+        depths = np.asarray(request.depths)
+        K = int(depths.max(initial=0))
+        tokens = np.zeros((len(depths), K), dtype=np.int32)
+        counts = np.zeros(len(depths), dtype=np.int64)
+        for r, (h, k) in enumerate(zip(request.histories, depths)):
+            prompt = next(p for p in self.refs if tuple(h[: len(p)]) == p)
+            pos = len(h) - len(prompt)
+            cont = self.refs[prompt][pos : pos + int(k)]
+            for j, t in enumerate(cont):
+                wrong = (sum(prompt) + 7 * (pos + j)) % self.every == 0
+                tokens[r, j] = (t + 1) % self.vocab if wrong else t
+            counts[r] = len(cont)
+        return Proposal(tokens=tokens, counts=counts)

@@ -237,8 +237,8 @@ class Engine:
             [r.history[-1], *proposal.tokens[i, : proposal.counts[i]].tolist()]
             for i, r in enumerate(self.rows)
         ]
-        tokens, _ = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
-        logits = forward_window(self.model, self.cache, tokens)  # [B, K+1, V]
+        tokens, valid = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
+        logits = forward_window(self.model, self.cache, tokens, valid)  # [B, K+1, V]
         want_logprobs = any(r.params.logprobs for r in self.rows)
         if sampling is not None:
             return sampling.verify(logits, proposal, want_logprobs)

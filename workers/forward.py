@@ -24,12 +24,15 @@ def pad_windows(windows: Sequence[Sequence[int]], width: int = 1) -> tuple[mx.ar
     return mx.array(tokens), valid
 
 
-def forward_window(model: object, cache: BatchCache, tokens: mx.array) -> mx.array:
+def forward_window(
+    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray
+) -> mx.array:
     """Run `tokens` [B, W] at each row's next positions; returns logits [B, W, V].
 
     Writes the window's keys into the cache but commits nothing: the caller decides how many
     of each row's window tokens to keep (all for prefill, the accepted prefix for verify).
     """
+    cache.set_window_valid(valid)
     return model(tokens, cache=cache.layers)  # type: ignore[operator]
 
 
@@ -41,7 +44,7 @@ def prefill(
     for start in range(0, longest, step_size):
         windows = [s[start : start + step_size] for s in sequences]
         tokens, valid = pad_windows(windows)
-        logits = forward_window(model, cache, tokens)
+        logits = forward_window(model, cache, tokens, valid)
         cache.commit(valid)
         # Evaluate the cache now so each chunk's graph is freed before the next one.
         mx.eval(cache.state_arrays())

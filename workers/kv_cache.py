@@ -81,6 +81,12 @@ class RaggedKVCache:
             self.keys = mx.concatenate([self.keys, grow_k], axis=2)
             self.values = mx.concatenate([self.values, grow_v], axis=2)
 
+    def arrays(self) -> list[mx.array]:
+        return [a for a in (self.keys, self.values) if a is not None]
+
+    def on_commit(self, n: np.ndarray) -> None:
+        pass  # kept tokens are already in place; the owner's lengths say where rows end
+
     def take_rows(self, rows: mx.array, max_len: int) -> None:
         if self.keys is None or self.values is None:
             return
@@ -125,15 +131,20 @@ def _pad_rows(k: mx.array, v: mx.array, n: int) -> tuple[mx.array, mx.array]:
 class BatchCache:
     """All layers' ragged caches of one model plus the per-row committed lengths."""
 
-    def __init__(self, num_layers: int, num_rows: int = 0):
+    def __init__(self, recurrent: Sequence[bool], num_rows: int = 0):
+        from workers.hybrid import RaggedStateCache
+
+        self.recurrent = list(recurrent)
         self.lengths = np.zeros(num_rows, dtype=np.int64)  # [B] committed tokens per row
-        self.layers = [RaggedKVCache(self) for _ in range(num_layers)]
+        self.layers: list = [
+            RaggedStateCache(self) if rec else RaggedKVCache(self) for rec in self.recurrent
+        ]
+        self.window_valid = np.zeros(num_rows, dtype=np.int64)  # [B] real tokens in the window
         self._refresh()
 
     @classmethod
     def for_model(cls, model: object, num_rows: int = 0) -> BatchCache:
-        check_supported(model)
-        return cls(len(model.layers), num_rows)  # type: ignore[attr-defined]
+        return cls(layer_kinds(model), num_rows)
 
     @property
     def num_rows(self) -> int:
@@ -141,6 +152,11 @@ class BatchCache:
 
     def _refresh(self) -> None:
         self.lengths_mx = mx.array(self.lengths.astype(np.int32))
+
+    def set_window_valid(self, valid: np.ndarray) -> None:
+        """How many of the next window's tokens are real per row (the rest is padding)."""
+        self.window_valid = np.asarray(valid, dtype=np.int64)
+        self.window_valid_mx = mx.array(self.window_valid.astype(np.int32))
 
     # -- window geometry (shared by every layer in one forward) ------------------------------
     def window_end(self, W: int) -> int:
@@ -169,10 +185,14 @@ class BatchCache:
         n = np.asarray(num_new, dtype=np.int64)
         assert n.shape == self.lengths.shape and (n >= 0).all()
         self.lengths = self.lengths + n
+        for layer in self.layers:
+            layer.on_commit(n)
         self._refresh()
 
     def rollback(self, num_drop: Sequence[int] | np.ndarray) -> None:
         """Forget the last num_drop[r] committed tokens of each row (drafter caches)."""
+        if any(self.recurrent):
+            raise ValueError("recurrent layers cannot roll back; use them only in targets")
         d = np.asarray(num_drop, dtype=np.int64)
         assert d.shape == self.lengths.shape and (d >= 0).all() and (d <= self.lengths).all()
         self.lengths = self.lengths - d
@@ -185,35 +205,44 @@ class BatchCache:
         self.lengths = self.lengths[keep_idx] if keep_idx else np.zeros(0, dtype=np.int64)
         rows = mx.array(np.asarray(keep_idx, dtype=np.int32))
         max_len = int(self.lengths.max(initial=0))
-        for layer in self.layers:
-            if keep_idx:
+        if keep_idx:
+            for layer in self.layers:
                 layer.take_rows(rows, max_len)
-            else:
-                layer.keys = layer.values = None
+        else:
+            self.layers = BatchCache(self.recurrent).layers
+            for layer in self.layers:
+                layer.owner = self
+        self.window_valid = self.window_valid[keep_idx] if keep_idx else self.lengths.copy()
         self._refresh()
 
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
-        assert len(other.layers) == len(self.layers)
+        assert other.recurrent == self.recurrent
         for mine, theirs in zip(self.layers, other.layers):
             mine.append_rows(theirs, self.num_rows, other.num_rows)
         self.lengths = np.concatenate([self.lengths, other.lengths])
         self._refresh()
 
     def state_arrays(self) -> list[mx.array]:
-        return [a for layer in self.layers for a in (layer.keys, layer.values) if a is not None]
+        return [a for layer in self.layers for a in layer.arrays()]
 
 
-def check_supported(model: object) -> None:
-    """Fail early, naming the cache type, for models whose layers need other cache kinds."""
+def layer_kinds(model: object) -> list[bool]:
+    """Which layers are recurrent; fail early, naming the cache type, for unsupported ones."""
+    from mlx_lm.models.cache import ArraysCache, KVCache
+
+    from workers.hybrid import install
+
+    recurrent = install(model)
     make_cache = getattr(model, "make_cache", None)
     if make_cache is None:
-        return
-    from mlx_lm.models.cache import KVCache
-
-    kinds = {type(c).__name__ for c in make_cache() if not isinstance(c, KVCache)}
-    if kinds:
-        raise ValueError(
-            f"model cache types {sorted(kinds)} are not supported by the ragged KV cache yet; "
-            "use a model whose layers all use mlx-lm KVCache (llama, qwen2, qwen3, mistral, ...)"
-        )
+        return recurrent
+    for i, (c, rec) in enumerate(zip(make_cache(), recurrent)):
+        ok = isinstance(c, ArraysCache) if rec else type(c) is KVCache
+        if not ok:
+            raise ValueError(
+                f"layer {i} uses {type(c).__name__}, which the ragged batch cache does not "
+                "support yet; use a model whose layers use mlx-lm KVCache (llama, qwen2, qwen3, "
+                "mistral, ...) or GatedDeltaNet (qwen3_5, qwen3_next)"
+            )
+    return recurrent

@@ -53,7 +53,7 @@ class ModelDrafter:
         tokens, valid = pad_windows(tails)
         drafted, probs = [], []
         for step in range(K):
-            logits = forward_window(self.model, self.cache, tokens)  # [B, W, V]
+            logits = forward_window(self.model, self.cache, tokens, valid)  # [B, W, V]
             self.cache.commit(valid)  # tentatively; commit() rolls back the rejected part
             last = mx.array((valid - 1).astype(np.int32))[:, None, None]  # [B, 1, 1]
             step_logits = mx.take_along_axis(logits, last, axis=1)[:, 0]  # [B, V]

@@ -28,7 +28,7 @@ def test_mixed_accepts_leave_contiguous_rows_without_stale_keys():
     rng = np.random.default_rng(0)
     windows = [rng.integers(0, 256, size=K + 1).tolist() for _ in prompts]
     tokens, _ = pad_windows(windows)
-    forward_window(model, cache, tokens)  # writes K+1 keys per row
+    forward_window(model, cache, tokens, np.full(4, K + 1))  # writes K+1 keys per row
     cache.commit(np.array(accepts) + 1)
     mx.eval(cache.state_arrays())
 
