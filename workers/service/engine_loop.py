@@ -159,6 +159,11 @@ class EngineLoop:
 
     # ------------------------------------------------------------ engine thread
 
+    @property
+    def _engine(self) -> EngineLike:
+        assert self.engine is not None, "engine used before it was built"
+        return self.engine
+
     def _set_state(self, state: str) -> None:
         with self._lock:
             if self.state in ("stopped", "failed") or self.state == state:
@@ -175,8 +180,8 @@ class EngineLoop:
             return
         self._set_state("serving")
         try:
-            while self._apply_commands(block=not self.engine.has_work()):
-                if self.engine.has_work():
+            while self._apply_commands(block=not self._engine.has_work()):
+                if self._engine.has_work():
                     self._step()
                 elif self.state == "draining":
                     self._idle.set()
@@ -217,14 +222,14 @@ class EngineLoop:
                 if not arg.set_running_or_notify_cancel():
                     continue
                 try:
-                    arg.set_result(self.engine.info())
+                    arg.set_result(self._engine.info())
                 except Exception as e:
                     arg.set_exception(e)
         return True
 
     def _add(self, session_id: int, requests: list[SubmitRequest]) -> None:
         errors: list[RequestOutput | RequestError] = []
-        info = self.engine.info()
+        info = self._engine.info()
         now = time.monotonic()
         for req in requests:
             eid = f"{session_id}/{req.request_id}"
@@ -259,7 +264,7 @@ class EngineLoop:
                 )
             if err is None:
                 try:
-                    self.engine.add_request(eid, req.prompt, req.params)
+                    self._engine.add_request(eid, req.prompt, req.params)
                 except ValueError as e:  # engine-side validation (empty prompt, context, ...)
                     err = RequestError(req.request_id, INVALID_ARGUMENT, "submit", str(e))
             if err is not None:
@@ -274,16 +279,16 @@ class EngineLoop:
 
     def _abort(self, eid: str) -> None:
         if eid in self._live:
-            self.engine.abort(eid)
+            self._engine.abort(eid)
 
     def _step(self) -> None:
-        outputs = self.engine.step()
+        outputs = self._engine.step()
         now = time.monotonic()
         if self._metrics is not None:
-            for stats in self.engine.take_round_stats():
+            for stats in self._engine.take_round_stats():
                 self._metrics.on_round(stats)
             self._metrics.on_outputs(outputs, now)
-            info = self.engine.info()
+            info = self._engine.info()
             self._metrics.set_queue(info.num_running, info.num_waiting)
         by_session: dict[int, list[RequestOutput | RequestError]] = {}
         for out in outputs:

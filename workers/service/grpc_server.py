@@ -251,9 +251,11 @@ class WorkerServer:
             )
         aloop = asyncio.get_running_loop()
         inbox: asyncio.Queue[object] = asyncio.Queue()
-        session_id = loop.open_session(
-            lambda items: aloop.call_soon_threadsafe(inbox.put_nowait, items)
-        )
+
+        def sink(items: object) -> None:  # engine thread -> this event loop; never blocks
+            aloop.call_soon_threadsafe(inbox.put_nowait, items)
+
+        session_id = loop.open_session(sink)
         pending: set[str] = set()  # client ids submitted and not yet finished
         reader = asyncio.ensure_future(self._read(requests, session_id, inbox, pending))
         self._num_sessions += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -175,8 +176,8 @@ class WorkerMetrics:
             m.labels(**self.labels)
         self._times: dict[str, _RequestTimes] = {}
         self._lock = threading.Lock()
-        self._http_server = None
-        self._http_thread = None
+        self._http_server: Any = None
+        self._http_thread: Any = None
 
     # ------------------------------------------------------------ recording
 

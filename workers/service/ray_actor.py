@@ -77,7 +77,7 @@ def start_worker_actor(
     num_cpus: float = 1,
     resources: dict[str, float] | None = None,
     runtime_env: dict[str, Any] | None = None,
-) -> ray.actor.ActorHandle:
+) -> Any:  # ray.actor.ActorHandle[WorkerActor]
     """Start one worker actor on a node advertising `specfleet_worker` (one per Mac)."""
     options: dict[str, Any] = {
         "num_cpus": num_cpus,

@@ -140,7 +140,7 @@ def _check_no_unknown_fields(msg: pb_message.Message, name: str) -> None:
         )
 
 
-def _parse_envelope(cls: type, data: bytes, content_type: str, limits: CodecLimits) -> Any:
+def _parse_envelope(cls: Any, data: bytes, content_type: str, limits: CodecLimits) -> Any:
     """Parse a protobuf envelope and unpack its msgpack body, strictly and within limits."""
     name = cls.__name__
     try:
