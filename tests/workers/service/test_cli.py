@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grpc_health.v1 import health_pb2
 
-from tests.workers.service.real_engine import make_engine
+from workers import Engine
 from workers.service.grpc_client import WorkerClient
 from workers.types import SamplingParams
 
@@ -30,11 +30,25 @@ def _spawn(*args: str, env: dict | None = None) -> subprocess.Popen:
     )
 
 
+def _save_tiny_model(path: Path) -> Path:
+    """A tiny random llama + byte-level tokenizer saved as an mlx-lm model directory."""
+    from mlx_lm.utils import save_config, save_model
+
+    from tests.tiny import make_tiny_tokenizer, tiny_model
+
+    model = tiny_model("llama", seed=0)
+    save_model(path, model)
+    save_config({k: v for k, v in vars(model.args).items() if v is not None}, path / "config.json")
+    make_tiny_tokenizer()._tokenizer.save_pretrained(str(path))
+    return path
+
+
 def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
+    model_dir = _save_tiny_model(tmp_path / "tiny-llama")
     token_file = tmp_path / "token"
     token_file.write_text("tok\n")
     proc = _spawn(
-        "--engine-factory", "tests.workers.service.real_engine:make_engine",
+        "--model", str(model_dir), "--drafter", "ngram", "--max-batch-size", "4",
         "--port", "0", "--metrics-port", "0", "--auth-token-file", str(token_file),
     )  # fmt: skip
     try:
@@ -48,7 +62,9 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
                 time.sleep(0.05)
             prompt = [5, 9, 200, 17]
             got = client.generate({"a": prompt}, SamplingParams(max_tokens=12))["a"].tokens
-            assert got == make_engine().generate([prompt], SamplingParams(max_tokens=12))[0].tokens
+            reference = Engine.load(model_dir, drafter="ngram", max_batch_size=4)
+            assert got == reference.generate([prompt], SamplingParams(max_tokens=12))[0].tokens
+            assert client.info().engine.drafter == "ngram"
             assert client.info().engine.model_id == "tiny-llama"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

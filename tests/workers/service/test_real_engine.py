@@ -3,9 +3,13 @@ served on a real loopback gRPC server, with metrics scraped over real HTTP."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,6 +21,19 @@ from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import RoundStats, SamplingParams
+
+ROOT = Path(__file__).resolve().parents[3]
+DYING_CLIENT = """
+import sys, time
+from workers.service import rpc_codec as codec
+from workers.service.grpc_client import WorkerClient
+from workers.types import SamplingParams
+s = WorkerClient(sys.argv[1]).session()
+s.send([codec.SubmitRequest(str(i), [7, i], SamplingParams(max_tokens=3000)) for i in range(3)])
+next(s.events())
+print("streaming", flush=True)
+time.sleep(600)
+"""
 
 
 class SpyEngine:
@@ -204,7 +221,21 @@ def test_cancel_and_deadline_free_engine_rows() -> None:
             if n == "specfleet_request_success_total" and ("finished_reason", "abort") in lab
         )
         assert aborted == 9
-        # The worker still serves after both.
+        # A client process that dies mid-stream (no cancel sent; the socket just closes).
+        child = subprocess.Popen(
+            [sys.executable, "-c", DYING_CLIENT, server.address], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        try:
+            assert child.stdout.readline().strip() == "streaming"
+            assert client.info().engine.num_running == 3
+            child.kill()
+            child.wait(10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        _wait_rows_free(client, 4)
+        # The worker still serves after all three.
         res = client.generate({"after": [1, 2, 3]}, SamplingParams(max_tokens=5))
         assert len(res["after"].tokens) == 5
     finally:
