@@ -142,13 +142,13 @@ class OracleDrafter:
     def __init__(self, refs: dict[tuple[int, ...], list[int]], vocab: int = VOCAB, every: int = 3):
         self.refs, self.vocab, self.every = refs, vocab, every
 
-    def add_rows(self, histories) -> None:
+    def add_rows(self, histories, hidden=None) -> None:
         pass
 
     def keep_rows(self, keep) -> None:
         pass
 
-    def commit(self, num_accepted) -> None:
+    def commit(self, num_accepted, hidden=None) -> None:
         pass
 
     def propose(self, request):
@@ -167,3 +167,38 @@ class OracleDrafter:
                 tokens[r, j] = (t + 1) % self.vocab if wrong else t
             counts[r] = len(cont)
         return Proposal(tokens=tokens, counts=counts)
+
+
+def fit_mtp_head(target, steps: int = 80, seed: int = 0):
+    """A random MTP head (Qwen3.5 layout) briefly fitted to the target's greedy choices.
+
+    A purely random head almost never agrees with the target; a few Adam steps make it agree
+    often but not always, so rows' accept counts diverge.
+    """
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    from workers.mtp.hidden import embed, lm_head, target_hidden_and_logits
+    from workers.mtp.qwen35 import MTPArgs, MTPHead
+
+    cfg = dict(getattr(target.args, "text_config", None) or vars(target.args))
+    cfg["model_type"] = target.args.model_type
+    cfg["mtp_num_hidden_layers"] = 1
+    mx.random.seed(seed)
+    head = MTPHead(MTPArgs.from_target_config(cfg))
+    rng = np.random.default_rng(seed)
+
+    def loss_fn(head, h, x, y):
+        # Pair (h_t, x_{t+1}) predicts the target's choice after x_{t+1}.
+        out = head(h[:, :-1], embed(target, x[:, 1:]), mask="causal")
+        return nn.losses.cross_entropy(lm_head(target, out), y[:, 1:]).mean()
+
+    opt = optim.Adam(learning_rate=1e-2)
+    step = nn.value_and_grad(head, loss_fn)
+    for _ in range(steps):
+        x = mx.array(rng.integers(0, VOCAB, size=(8, 40)))
+        h, logits = target_hidden_and_logits(target, x)
+        _, grads = step(head, mx.stop_gradient(h), x, mx.argmax(logits, -1))
+        opt.update(head, grads)
+        mx.eval(head.parameters(), opt.state)
+    return head

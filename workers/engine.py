@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
-from workers.forward import forward_window, pad_windows, prefill
+from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill
 from workers.kv_cache import BatchCache
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
@@ -88,6 +88,8 @@ class Engine:
         )
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         self.cache = BatchCache.for_model(model)
+        self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
+        self._verify_hidden: mx.array | None = None
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
         self._inbox: deque[tuple[str, object]] = deque()
@@ -209,7 +211,7 @@ class Engine:
         t2 = time.perf_counter()
         self.cache.commit(verdict.num_accepted + 1)  # last token + accepted drafts stay
         if self.drafter is not None:
-            self.drafter.commit(verdict.num_accepted)
+            self.drafter.commit(verdict.num_accepted, self._verify_hidden)
         t3 = time.perf_counter()
         self._emit(proposal, verdict, stats)
         stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
@@ -238,7 +240,14 @@ class Engine:
             for i, r in enumerate(self.rows)
         ]
         tokens, valid = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
-        logits = forward_window(self.model, self.cache, tokens, valid)  # [B, K+1, V]
+        self._verify_hidden = None
+        if self._needs_hidden:
+            # [B, K+1, H] pre-norm hidden states: MTP heads draft the next round from them.
+            self._verify_hidden, logits = forward_window_hidden(
+                self.model, self.cache, tokens, valid
+            )
+        else:
+            logits = forward_window(self.model, self.cache, tokens, valid)  # [B, K+1, V]
         want_logprobs = any(r.params.logprobs for r in self.rows)
         if sampling is not None:
             return sampling.verify(logits, proposal, want_logprobs)
@@ -323,10 +332,16 @@ class Engine:
         t0 = time.perf_counter()
         new = BatchCache.for_model(self.model, len(joining))
         # The cache holds every history token but the last, which the next verify consumes.
-        prefill(self.model, new, [r.history[:-1] for r in joining], self.config.prefill_step_size)
+        hidden = prefill(
+            self.model,
+            new,
+            [r.history[:-1] for r in joining],
+            self.config.prefill_step_size,
+            want_hidden=self._needs_hidden,
+        )
         self.cache.append(new)
         if self.drafter is not None:
-            self.drafter.add_rows([r.history for r in joining])
+            self.drafter.add_rows([r.history for r in joining], hidden)
         self.rows.extend(joining)
         stats.num_prefill_tokens = sum(r.prompt_len for r in joining)
         stats.time_prefill_s = time.perf_counter() - t0

@@ -36,16 +36,41 @@ def forward_window(
     return model(tokens, cache=cache.layers)  # type: ignore[operator]
 
 
+def forward_window_hidden(
+    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray
+) -> tuple[mx.array, mx.array]:
+    """Like forward_window, also returning the last layer's pre-norm hidden [B, W, H]."""
+    from workers.mtp.hidden import target_hidden_and_logits
+
+    cache.set_window_valid(valid)
+    return target_hidden_and_logits(model, tokens, cache.layers)
+
+
 def prefill(
-    model: object, cache: BatchCache, sequences: Sequence[Sequence[int]], step_size: int
-) -> None:
-    """Append each row's `sequences[r]` to its cache, in chunks of at most step_size tokens."""
+    model: object,
+    cache: BatchCache,
+    sequences: Sequence[Sequence[int]],
+    step_size: int,
+    want_hidden: bool = False,
+) -> mx.array | None:
+    """Append each row's `sequences[r]` to its cache, in chunks of at most step_size tokens.
+
+    With want_hidden, returns the pre-norm hidden states of every appended token,
+    [B, max_len, H] right-padded (for MTP drafters); else None.
+    """
     longest = max((len(s) for s in sequences), default=0)
+    hidden = []
     for start in range(0, longest, step_size):
         windows = [s[start : start + step_size] for s in sequences]
         tokens, valid = pad_windows(windows)
-        logits = forward_window(model, cache, tokens, valid)
+        if want_hidden:
+            h, _ = forward_window_hidden(model, cache, tokens, valid)
+            hidden.append(h[:, : int(valid.max())])
+        else:
+            forward_window(model, cache, tokens, valid)
         cache.commit(valid)
         # Evaluate the cache now so each chunk's graph is freed before the next one.
-        mx.eval(cache.state_arrays())
-        del logits
+        mx.eval(cache.state_arrays(), hidden)
+    if not want_hidden or not hidden:
+        return None
+    return mx.concatenate(hidden, axis=1)

@@ -44,8 +44,12 @@ class Drafter(Protocol):
     name: str
     needs_target_hidden: bool
 
-    def add_rows(self, histories: Sequence[Sequence[int]]) -> None:
-        """Rows appended at the end of the batch (their prompts, last token unverified)."""
+    def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
+        """Rows appended at the end of the batch (their prompts, last token unverified).
+
+        hidden: [n, L, H] target hidden states of history[:-1] (right-padded), given only to
+        drafters with needs_target_hidden.
+        """
 
     def keep_rows(self, keep: Sequence[int]) -> None:
         """Keep only these batch rows, in this order."""
@@ -53,8 +57,11 @@ class Drafter(Protocol):
     def propose(self, request: DraftRequest) -> Proposal:
         """Draft tokens for every row in one batched pass (no per-row loops over models)."""
 
-    def commit(self, num_accepted: np.ndarray) -> None:
-        """After verify: row r accepted num_accepted[r] of its drafts (any rows, any counts)."""
+    def commit(self, num_accepted: np.ndarray, hidden: mx.array | None = None) -> None:
+        """After verify: row r accepted num_accepted[r] of its drafts (any rows, any counts).
+
+        hidden: [B, K+1, H] target hidden states of the verify window (needs_target_hidden).
+        """
 
 
 def empty_proposal(batch_size: int) -> Proposal:

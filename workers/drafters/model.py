@@ -31,7 +31,7 @@ class ModelDrafter:
         self._fed = np.zeros(0, dtype=np.int64)
         self._tail = np.zeros(0, dtype=np.int64)
 
-    def add_rows(self, histories: Sequence[Sequence[int]]) -> None:
+    def add_rows(self, histories: Sequence[Sequence[int]], hidden: object = None) -> None:
         new = BatchCache.for_model(self.model, len(histories))
         prefill(self.model, new, [h[:-1] for h in histories], self.prefill_step_size)
         self.cache.append(new)
@@ -69,7 +69,7 @@ class ModelDrafter:
         q_all = None if probs[0] is None else mx.stack(probs, axis=1)  # [B, K, V]
         return Proposal(tokens=out, counts=np.minimum(depths, K), probs=q_all)
 
-    def commit(self, num_accepted: np.ndarray) -> None:
+    def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:
         if self._fed.shape[0] != self.cache.num_rows:
             return  # no proposal this round (every row had depth 0)
         # Keep the tail and the accepted drafts that were fed; drop the rest.

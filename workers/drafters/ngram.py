@@ -31,13 +31,13 @@ class NgramDrafter:
                 "invalid: need 1 <= min_ngram <= max_ngram"
             )
 
-    def add_rows(self, histories: Sequence[Sequence[int]]) -> None:
+    def add_rows(self, histories: Sequence[Sequence[int]], hidden: object = None) -> None:
         pass  # stateless: it reads the histories at every proposal
 
     def keep_rows(self, keep: Sequence[int]) -> None:
         pass
 
-    def commit(self, num_accepted: np.ndarray) -> None:
+    def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:
         pass
 
     def propose(self, request: DraftRequest) -> Proposal:
