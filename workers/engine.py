@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
