@@ -1,0 +1,233 @@
+"""Train specfleet's embedded default model with MLX on CPU, reproducibly from a seed.
+
+Stages: byte-level BPE tokenizer -> qwen3 target (next-token LM) -> MTP head (target frozen,
+distilled from the target's own next-token distributions at depths 1..3 with the chained,
+inference-shaped attention of train/mtp_chain.py) -> small qwen3 draft model (distilled from the
+target). Writes workers/default_model/{target,draft}/ and heldout_prompts.jsonl.
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 \
+        .venv/bin/python -m train.train_default --out workers/default_model
+
+(Linux `mlx[cpu]` wheels link the reference BLAS, ~20x slower for matmuls; preloading any
+OpenBLAS, e.g. Debian's libopenblas0-pthread, is optional and changes only speed and fp rounding.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+
+from train import artifacts, corpus
+from train.mtp_chain import chain_forward
+from train.prompts import write_heldout_prompts
+from workers.mtp.hidden import embed, lm_head, target_hidden_and_logits
+from workers.mtp.qwen35 import MTPArgs, MTPHead
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    vocab_size: int = 2048
+    seq_len: int = 256
+    context: int = 2048
+    # target: qwen3, 4 x (256 hidden, 4 heads x 64, 2 kv heads, 640 MLP)
+    target_layers: int = 4
+    target_hidden: int = 256
+    target_inter: int = 640
+    target_steps: int = 600
+    target_batch: int = 12
+    target_lr: float = 2e-3
+    # MTP head (one qwen3 layer of the target's shape), chained depths trained jointly
+    mtp_depth: int = 3
+    mtp_steps: int = 220
+    mtp_batch: int = 8
+    mtp_lr: float = 2e-3
+    # draft: qwen3, 2 x (192 hidden, 3 heads x 64, 1 kv head, 512 MLP)
+    draft_layers: int = 2
+    draft_hidden: int = 192
+    draft_inter: int = 512
+    draft_steps: int = 300
+    draft_batch: int = 8
+    draft_lr: float = 3e-3
+
+    def __post_init__(self) -> None:
+        for name in ("target_steps", "mtp_steps", "draft_steps", "seq_len", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 1 <= self.mtp_depth <= 4:
+            raise ValueError(f"mtp_depth must be in 1..4, got {self.mtp_depth}")
+
+
+def schedule(lr: float, steps: int) -> optim.Schedule:
+    warm = max(1, min(50, steps // 10))
+    return optim.join_schedules(
+        [
+            optim.linear_schedule(lr / warm, lr, warm),
+            optim.cosine_decay(lr, steps - warm, lr * 0.1),
+        ],
+        [warm],
+    )
+
+
+def soft_ce(logits: mx.array, probs: mx.array) -> mx.array:
+    """Mean cross-entropy of `logits` against the teacher distribution `probs` ([..., V])."""
+    return -(probs * nn.log_softmax(logits.astype(mx.float32), axis=-1)).sum(-1).mean()
+
+
+def fit(
+    name: str,
+    module: nn.Module,
+    loss_fn: Callable[..., mx.array],
+    data: Iterator[np.ndarray],
+    steps: int,
+    lr: float,
+    log: Callable[[str], None],
+) -> list[float]:
+    """AdamW + warmup/cosine on `module` (the only trainable state); returns per-step losses."""
+    opt = optim.AdamW(learning_rate=schedule(lr, steps), weight_decay=0.01)
+    state = [module.state, opt.state]
+    grad_fn = nn.value_and_grad(module, loss_fn)
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def step(batch: mx.array) -> mx.array:
+        loss, grads = grad_fn(batch)
+        grads, _ = optim.clip_grad_norm(grads, 1.0)
+        opt.update(module, grads)
+        return loss
+
+    losses, t0 = [], time.time()
+    for i in range(steps):
+        loss = step(mx.array(next(data)))
+        mx.eval(state, loss)
+        losses.append(loss.item())
+        if i % 25 == 0 or i == steps - 1:
+            avg = float(np.mean(losses[-25:]))
+            log(f"{name} step {i + 1}/{steps} loss {avg:.3f} ({time.time() - t0:.0f}s)")
+    return losses
+
+
+def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    mx.random.seed(cfg.seed)
+    t_start = time.time()
+    files = corpus.list_sources()
+    train_files, heldout = corpus.split(files)
+    log(f"python {corpus.python_version()}: {len(train_files)} train / {len(heldout)} held-out")
+    tok = artifacts.train_tokenizer([f.text for f in train_files], cfg.vocab_size)
+    eos = tok.token_to_id(corpus.EOS)
+    stream = corpus.encode_stream(tok, train_files, eos)
+    log(f"tokenizer: vocab {tok.get_vocab_size()}, {len(stream)} train tokens")
+
+    tcfg = artifacts.qwen3_config(
+        vocab=cfg.vocab_size, hidden=cfg.target_hidden, layers=cfg.target_layers,
+        heads=cfg.target_hidden // 64, kv_heads=max(1, cfg.target_hidden // 128),
+        inter=cfg.target_inter, ctx=cfg.context,
+    )  # fmt: skip
+    target = artifacts.build_qwen3(tcfg)
+
+    def lm_loss(batch: mx.array) -> mx.array:
+        logits = target(batch[:, :-1])
+        return nn.losses.cross_entropy(logits, batch[:, 1:]).mean()
+
+    t0 = time.time()
+    seed = cfg.seed
+    data = corpus.batches(stream, cfg.target_batch, cfg.seq_len, seed + 1)
+    tl = fit("target", target, lm_loss, data, cfg.target_steps, cfg.target_lr, log)
+    times = {"target_s": time.time() - t0}
+    target.freeze()
+
+    tcfg["mtp_num_hidden_layers"] = 1
+    mtp = MTPHead(MTPArgs.from_target_config(tcfg))
+    mx.eval(mtp.parameters())
+    D = cfg.mtp_depth
+    weights = [1.0, 0.6, 0.4, 0.3][:D]
+
+    def mtp_loss(batch: mx.array) -> mx.array:
+        # batch [B, T+1]: h_t for t < N = T+1-D-... ; teacher = target's own distributions.
+        T = batch.shape[1] - 1
+        N = T - D
+        h, logits = target_hidden_and_logits(target, batch[:, :T])
+        h, probs = mx.stop_gradient(h), mx.stop_gradient(mx.softmax(logits, axis=-1))
+        e = mx.stop_gradient(embed(target, batch[:, 1 : N + D]))  # e(x_1..x_{N+D-1})
+        outs = chain_forward(mtp, h[:, :N], e, D)
+        total = mx.array(0.0)
+        for d, (w, o) in enumerate(zip(weights, outs, strict=True), start=1):
+            total = total + w * soft_ce(lm_head(target, o), probs[:, d : d + N])
+        return total / sum(weights)
+
+    t0 = time.time()
+    data = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, seed + 2)
+    ml = fit("mtp", mtp, mtp_loss, data, cfg.mtp_steps, cfg.mtp_lr, log)
+    times["mtp_s"] = time.time() - t0
+
+    dcfg = artifacts.qwen3_config(
+        vocab=cfg.vocab_size, hidden=cfg.draft_hidden, layers=cfg.draft_layers,
+        heads=cfg.draft_hidden // 64, kv_heads=1, inter=cfg.draft_inter, ctx=cfg.context,
+    )  # fmt: skip
+    draft = artifacts.build_qwen3(dcfg)
+
+    def draft_loss(batch: mx.array) -> mx.array:
+        probs = mx.stop_gradient(mx.softmax(target(batch[:, :-1]), axis=-1))
+        return 0.5 * soft_ce(draft(batch[:, :-1]), probs) + 0.5 * lm_loss_of(draft, batch)
+
+    t0 = time.time()
+    data = corpus.batches(stream, cfg.draft_batch, cfg.seq_len, seed + 3)
+    dl = fit("draft", draft, draft_loss, data, cfg.draft_steps, cfg.draft_lr, log)
+    times["draft_s"] = time.time() - t0
+
+    target.unfreeze()
+    artifacts.save_model_dir(out / "target", target, tcfg, tok, mtp=mtp)
+    artifacts.save_model_dir(out / "draft", draft, dcfg, tok)
+    n_prompts = write_heldout_prompts(out / "heldout_prompts.jsonl", heldout, seed=cfg.seed)
+    (out / "heldout_files.txt").write_text("".join(f.rel + "\n" for f in heldout))
+    times["total_s"] = time.time() - t_start
+    summary = {
+        "python_version": corpus.python_version(),
+        "config": asdict(cfg),
+        "train_files": len(train_files),
+        "heldout_files": len(heldout),
+        "train_tokens": int(len(stream)),
+        "final_loss": {
+            "target": float(np.mean(tl[-25:])),
+            "mtp": float(np.mean(ml[-25:])),
+            "draft": float(np.mean(dl[-25:])),
+        },
+        "heldout_prompts": n_prompts,
+        "wall_time_s": {k: round(v, 1) for k, v in times.items()},
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"done in {times['total_s']:.0f}s: {json.dumps(summary['final_loss'])}")
+    return summary
+
+
+def lm_loss_of(model: nn.Module, batch: mx.array) -> mx.array:
+    return nn.losses.cross_entropy(model(batch[:, :-1]), batch[:, 1:]).mean()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("workers/default_model"))
+    for field, default in asdict(TrainConfig()).items():
+        p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
+    ns = vars(p.parse_args(argv))
+    out = ns.pop("out")
+    cfg = TrainConfig(**ns)
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    train_all(cfg, out, log)
+
+
+if __name__ == "__main__":
+    main()
