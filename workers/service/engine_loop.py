@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workers.service.rpc_codec import (
+    INTERNAL,
     INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
     UNAVAILABLE,
@@ -265,8 +266,16 @@ class EngineLoop:
             if err is None:
                 try:
                     self._engine.add_request(eid, req.prompt, req.params)
-                except ValueError as e:  # engine-side validation (empty prompt, context, ...)
+                except (
+                    ValueError,
+                    TypeError,
+                ) as e:  # engine validation (empty prompt, context ...)
                     err = RequestError(req.request_id, INVALID_ARGUMENT, "submit", str(e))
+                except Exception as e:  # an engine bug on one request must not kill the worker
+                    log.exception("add_request(%r) failed", eid)
+                    err = RequestError(
+                        req.request_id, INTERNAL, "submit", f"{type(e).__name__}: {e}"
+                    )
             if err is not None:
                 errors.append(err)
                 continue

@@ -33,6 +33,7 @@ CT_INFO = "application/vnd.specfleet.info+msgpack"
 INVALID_ARGUMENT = "INVALID_ARGUMENT"
 RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 UNAVAILABLE = "UNAVAILABLE"
+INTERNAL = "INTERNAL"
 
 _PARAM_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
 _INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}

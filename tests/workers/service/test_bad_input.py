@@ -246,3 +246,66 @@ def test_fuzz_thousands_of_malformed_messages(served) -> None:
     assert res["after"].tokens == [11, 12, 13, 14]
     assert server.engine_loop.state == "serving"
     assert client.info().engine.num_running == 0
+
+
+# ---------------------------------------------------------------- fuzz through the real engine
+
+plausible_value = st.one_of(
+    st.integers(-1, 6), st.floats(0, 2), st.booleans(), st.none(), st.sampled_from(["coupled", "exact", "x"]),
+    st.lists(st.text(max_size=3), max_size=2), st.binary(max_size=12),
+)  # fmt: skip
+small_params = st.one_of(st.just({}), st.dictionaries(PARAM_KEYS, plausible_value, max_size=4)).map(
+    lambda d: {**d, "max_tokens": d["max_tokens"] if isinstance(d.get("max_tokens"), int) else 3}
+)
+real_item = st.fixed_dictionaries(
+    {
+        "id": st.text(min_size=1, max_size=6),
+        "prompt": st.one_of(
+            st.lists(st.integers(0, 270), max_size=24).map(codec.pack_tokens),
+            st.binary(max_size=24),
+        ),
+        "params": small_params,
+    }
+)
+
+
+def test_fuzz_real_engine_requests_then_serves() -> None:
+    """Random per-request values reach the real engine; each gets a token stream or an
+    in-stream error, the engine never dies, and a good request still matches Engine.generate."""
+    from tests.workers.service.real_engine import make_engine
+
+    server = WorkerServer(
+        lambda: make_engine(max_batch_size=8), WorkerServerConfig(metrics_port=None)
+    )
+    server.start(wait_ready=True, timeout=60)
+    client = WorkerClient(server.address)
+    raw_session = client.channel.stream_stream("/specfleet.v1.Worker/Session")
+    seen = {"ok": 0, "err": 0}
+    try:
+
+        @settings(
+            max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
+        @given(st.lists(real_item, min_size=1, max_size=4, unique_by=lambda r: r["id"]))
+        def fuzz(items: list[dict]) -> None:
+            status, details, events = send_raw(raw_session, [batch_bytes({"submit": items})])
+            assert status == grpc.StatusCode.OK, (status, details)
+            check_reply(status, details, events)
+            finished = {
+                e.request_id for e in events if isinstance(e, codec.RequestError) or e.finished
+            }
+            assert finished == {r["id"] for r in items}
+            seen["err"] += sum(isinstance(e, codec.RequestError) for e in events)
+            seen["ok"] += sum(not isinstance(e, codec.RequestError) and e.finished for e in events)
+
+        fuzz()
+        assert seen["ok"] > 20 and seen["err"] > 20, seen
+        assert server.engine_loop.state == "serving"
+        prompt = [11, 22, 33]
+        want = make_engine().generate([prompt], SamplingParams(max_tokens=6))[0].tokens
+        assert (
+            client.generate({"good": prompt}, SamplingParams(max_tokens=6))["good"].tokens == want
+        )
+    finally:
+        client.close()
+        server.stop(grace=0.5)
