@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class WorkerStub:
-    """Missing associated documentation comment in .proto file."""
+    """One worker = one engine. Health (grpc.health.v1, services "" and "specfleet.v1.Worker") is
+    NOT_SERVING while the model loads and while draining; reflection is enabled.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -47,11 +49,17 @@ class WorkerStub:
 
 
 class WorkerServicer:
-    """Missing associated documentation comment in .proto file."""
+    """One worker = one engine. Health (grpc.health.v1, services "" and "specfleet.v1.Worker") is
+    NOT_SERVING while the model loads and while draining; reflection is enabled.
+    """
 
     def Session(self, request_iterator, context):
-        """Long-lived bidirectional stream. Closing it (cancel, deadline, disconnect) aborts every
-        request this stream submitted that has not finished.
+        """Long-lived bidirectional stream. Request ids are scoped to the stream. Closing it (cancel,
+        deadline, disconnect) aborts every request this stream submitted that has not finished.
+        After the client half-closes, the worker ends the stream with OK once its requests are
+        done. A SessionRequest that cannot be read at all (bad protobuf/msgpack, unknown field or
+        key, wrong schema version or content type) ends the stream with INVALID_ARGUMENT, or
+        RESOURCE_EXHAUSTED when over a size limit; the status message names the field.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -86,7 +94,9 @@ def add_WorkerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Worker:
-    """Missing associated documentation comment in .proto file."""
+    """One worker = one engine. Health (grpc.health.v1, services "" and "specfleet.v1.Worker") is
+    NOT_SERVING while the model loads and while draining; reflection is enabled.
+    """
 
     @staticmethod
     def Session(request_iterator,
