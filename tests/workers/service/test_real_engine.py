@@ -194,7 +194,7 @@ def _wait_rows_free(client: WorkerClient, max_batch_size: int, timeout: float = 
 def test_cancel_and_deadline_free_engine_rows() -> None:
     server, client = _serve(make_engine(max_batch_size=4))
     try:
-        long = SamplingParams(max_tokens=3000)
+        long = SamplingParams(max_tokens=4000)
         s = client.session()
         s.send(
             [codec.SubmitRequest(f"c{i}", p, long) for i, p in enumerate(mixed_prompts(6, seed=1))]
@@ -205,7 +205,7 @@ def test_cancel_and_deadline_free_engine_rows() -> None:
         s.cancel()
         _wait_rows_free(client, 4)
 
-        s = client.session(timeout=1.0)
+        s = client.session(timeout=0.5)
         s.send(
             [codec.SubmitRequest(f"d{i}", p, long) for i, p in enumerate(mixed_prompts(3, seed=2))]
         )
