@@ -6,6 +6,7 @@ objects too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,7 +44,7 @@ class SamplingParams:
             raise bad("max_tokens", self.max_tokens, "pass a positive int")
         if self.max_tokens <= 0:
             raise bad("max_tokens", self.max_tokens, "pass max_tokens >= 1")
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < math.inf:
             raise bad("temperature", self.temperature, "use 0 for greedy or a value > 0")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise bad("top_p", self.top_p, "use a value in (0, 1]; 1 disables it")
@@ -63,10 +64,14 @@ class SamplingParams:
             raise bad("draft_depth", self.draft_depth, f"use an int in 1..{MAX_DRAFT_DEPTH} or None")
         if self.acceptance not in ACCEPTANCE_MODES:
             raise bad("acceptance", self.acceptance, f"use one of {ACCEPTANCE_MODES}")
-        if not isinstance(self.repetition_penalty, (int, float)) or self.repetition_penalty <= 0:
+        if not isinstance(self.repetition_penalty, (int, float)) or not (
+            0 < self.repetition_penalty < math.inf
+        ):
             raise bad("repetition_penalty", self.repetition_penalty, "use a value > 0; 1 disables it")
-        if not isinstance(self.presence_penalty, (int, float)):
-            raise bad("presence_penalty", self.presence_penalty, "use a float; 0 disables it")
+        if not isinstance(self.presence_penalty, (int, float)) or not math.isfinite(
+            self.presence_penalty
+        ):
+            raise bad("presence_penalty", self.presence_penalty, "use a finite float; 0 disables it")
         stops = tuple(s if isinstance(s, str) else tuple(s) for s in self.stop)
         for s in stops:
             if len(s) == 0:

@@ -135,7 +135,7 @@ def warp(logits: mx.array, bs: BatchSampling) -> mx.array:
         ranked = mx.sort(x, axis=-1)[..., ::-1]  # [B, W, V] descending
         rank = mx.arange(V)[None, None, :]
         if bs.any_top_k:
-            k = bs.top_k[:, None, None]
+            k = mx.minimum(bs.top_k, V)[:, None, None]  # top_k >= V keeps everything
             on = k > 0
             kth = mx.take_along_axis(ranked, mx.maximum(k - 1, 0).astype(mx.int32), axis=-1)
             kth = mx.broadcast_to(kth, (B, W, 1))

@@ -158,6 +158,9 @@ def test_logprobs_are_the_target_log_probabilities(pair):
         (dict(seed="7"), "seed"),
         (dict(seed=1.5), "seed"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(repetition_penalty=float("nan")), "repetition_penalty"),
+        (dict(presence_penalty=float("inf")), "presence_penalty"),
+        (dict(temperature=float("inf")), "temperature"),
     ],
 )
 def test_bad_sampling_params_rejected_at_creation(kwargs, name):

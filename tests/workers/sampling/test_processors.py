@@ -119,3 +119,13 @@ def test_penalties_match_mlx_lm_processors():
     pres = make_presence_penalty(0.7, context_size=100)
     want1 = np.array(pres(mx.array(output[1]), mx.array(logits[1])))
     np.testing.assert_allclose(got[1], want1, rtol=1e-6)
+
+
+def test_top_k_at_or_above_vocab_keeps_everything():
+    logits = mx.array(np.random.default_rng(3).normal(size=(2, 1, V)).astype(np.float32))
+    params = [
+        SamplingParams(temperature=1.0, top_k=V),
+        SamplingParams(temperature=1.0, top_k=10 * V),
+    ]
+    got = np.array(warp(logits, BatchSampling.from_params(params, seeds=[0, 1])))
+    np.testing.assert_allclose(got, np.array(logits), rtol=1e-6)
