@@ -57,9 +57,13 @@ def test_coupled_is_token_identical_to_plain_seeded_decoding(pair):
             params.append(
                 SamplingParams(
                     max_tokens=10 + (j % 7),
-                    temperature=TEMPS[j % 5],
+                    temperature=0.0 if j % 11 == 0 else TEMPS[j % 5],  # some greedy rows
                     top_p=TOP_P[j % 4],
                     top_k=TOP_K[j % 5],
+                    min_p=0.05 if j % 9 == 0 else 0.0,
+                    # Penalties see the drafts appended position by position in the window.
+                    repetition_penalty=1.3 if j % 4 == 1 else 1.0,
+                    presence_penalty=0.4 if j % 3 == 1 else 0.0,
                     seed=j,
                     acceptance="coupled" if j % 6 else "exact",
                     ignore_eos=True,
