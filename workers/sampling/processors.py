@@ -52,7 +52,7 @@ class BatchSampling:
             raise ValueError(f"{len(params)} params but {len(seeds)} seeds")
         greedy = [p.is_greedy for p in params]
 
-        def col(values: list[float | int], dtype: mx.Dtype) -> mx.array:
+        def col(values: Sequence[float], dtype: mx.Dtype) -> mx.array:
             return mx.array(np.asarray(values), dtype=dtype)
 
         top_k = [0 if g else p.top_k for p, g in zip(params, greedy, strict=True)]

@@ -179,3 +179,39 @@ def test_engine_keeps_serving_after_bad_params(pair):
         engine.add_request("bad", [1, 2], SamplingParams(acceptance="nope"))
     out = engine.generate([[1, 2]], SamplingParams(max_tokens=4, temperature=1.0, seed=3))
     assert len(out[0].tokens) == 4
+
+
+@pytest.mark.parametrize("arch", ["qwen3_mtp", "qwen3_5"])
+def test_coupled_identity_with_mtp_head_and_hybrid_target(arch):
+    """The sampled path through the MTP drafter (qwen3 + head) and a GatedDeltaNet hybrid."""
+    from tests.tiny import OracleDrafter, fit_mtp_head
+    from workers.drafters.mtp import MTPDrafter
+
+    prompts = mixed_prompts(6, seed=4)
+    params = [
+        SamplingParams(
+            max_tokens=14,
+            temperature=[0.5, 0.8, 1.2][i % 3],
+            top_p=0.9 if i % 2 else 1.0,
+            seed=300 + i,
+            acceptance="coupled",
+            ignore_eos=True,
+        )
+        for i in range(6)
+    ]
+    if arch == "qwen3_mtp":
+        target = tiny_model("qwen3", seed=3)
+        drafter = MTPDrafter(target, fit_mtp_head(target, steps=60))
+    else:
+        # Recurrent layers cannot be drafters; an oracle proposing the seeded continuation with
+        # every third draft corrupted makes the hybrid target roll back per row.
+        target = tiny_model("qwen3_5", seed=3, layers=4)
+    refs = [plain(target, [p], [sp], 1)[0] for p, sp in zip(prompts, params, strict=True)]
+    if arch == "qwen3_5":
+        drafter = OracleDrafter({tuple(p): r for p, r in zip(prompts, refs, strict=True)})
+    engine = Engine(target, drafter=drafter, max_batch_size=6, draft_depth=3)
+    spec = [o.tokens for o in engine.generate(prompts, params)]
+    stats = engine.take_round_stats()
+    assert 0 < sum(s.num_accepted_tokens for s in stats) < sum(s.num_draft_tokens for s in stats)
+    for i in range(6):
+        assert spec[i] == refs[i], f"{arch} row {i}"
