@@ -12,7 +12,8 @@ its own rule, in one batch:
 
 Window slot i of a row predicts the token at absolute position len(history) + i; all noise is
 keyed by that position (keys.py), which is why drafter=None decoding, any depth and any batch
-agree on what "seeded" means.
+agree on what "seeded" means. Logprobs are the target's raw log-softmax at each emitted token
+(before penalties, temperature and filters), as vLLM reports by default.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ class RoundSampling:
         vocab_size: int,
     ) -> RoundSampling | None:
         """None when every row is plain greedy (the engine's exact-match path is then exact)."""
+        if all(p.is_greedy and not _penalised(p) for p in params):
+            return None  # checked before building arrays: the greedy path stays free
         bs = BatchSampling.from_params(params, seeds)
-        if bs.all_greedy and not bs.any_penalty:
-            return None
         seen = generated = None
         if bs.any_penalty:
             seen = token_presence(histories, vocab_size)
@@ -159,6 +160,10 @@ class RoundSampling:
         if slot is not None:
             seen, gen = seen[:, slot:], gen[:, slot:]
         return apply_penalties(x, seen, gen, self.bs)
+
+
+def _penalised(p: SamplingParams) -> bool:
+    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0
 
 
 def _fit_vocab(x: mx.array, V: int, fill: float = -float("inf")) -> mx.array:
