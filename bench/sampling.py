@@ -5,8 +5,8 @@
 For T in {0.6, 1.0} and B in {1, 8}: tokens/s, acceptance rate (accepted / drafted) and mean
 acceptance length (1 + accepted / drafting rows per round, as vLLM defines it) for each
 acceptance mode with the draft model, next to plain sampled decoding (drafter=None) through the
-same engine on the same prompts. Uses the embedded default model when present (bench/engine.py's
-loader), else a random tiny llama and a perturbed copy of it as the drafter.
+same engine on the same prompts. Uses the embedded default model when present (its draft model
+and its MTP head), else a random tiny llama and a perturbed copy of it as the drafter.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -54,6 +55,33 @@ def run(target, tok, drafter, prompts, temperature: float, mode: str, args) -> d
     }
 
 
+def drafter_factories(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], str]:
+    """(target, tokenizer, {drafter name: factory}, model name)."""
+    from workers.default_model import TARGET_DIR, load_default
+
+    if args.model is None and (TARGET_DIR / "model.safetensors").is_file():
+        from workers.drafters.mtp import MTPDrafter
+
+        target, tok, draft, head = load_default()
+        return (
+            target,
+            tok,
+            {"model": lambda: ModelDrafter(draft), "mtp": lambda: MTPDrafter(target, head)},
+            "specfleet-default",
+        )
+    target, tok, draft, name = load_models(args)
+    if name.startswith("random"):
+        from tests.tiny import perturbed
+
+        # A same-size random drafter cannot be faster than the target: these rows compare the
+        # acceptance modes with each other, not speculation with plain decoding.
+        draft = perturbed(target, args.draft_noise)
+        name += f" (drafter: target + {args.draft_noise} noise)"
+    if draft is None:
+        raise SystemExit("bench/sampling.py needs a draft model: pass --draft DIR")
+    return target, tok, {"model": lambda: ModelDrafter(draft)}, name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
@@ -72,16 +100,7 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    target, tok, draft, model_name = load_models(args)
-    if model_name.startswith("random"):
-        from tests.tiny import perturbed
-
-        # A same-size random drafter cannot be faster than the target: these rows compare the
-        # acceptance modes with each other, not speculation with plain decoding.
-        draft = perturbed(target, args.draft_noise)
-        model_name += f" (drafter: target + {args.draft_noise} noise)"
-    if draft is None:
-        raise SystemExit("bench/sampling.py needs a draft model: pass --draft DIR")
+    target, tok, drafters, model_name = drafter_factories(args)
     vocab = int(target.args.vocab_size)
     results: dict = {
         "model": model_name,
@@ -94,15 +113,22 @@ def main() -> None:
         args.B = B
         prompts = prompts_for(tok, max(args.prompts, B), vocab)
         for T in [float(t) for t in args.temperatures.split(",")]:
-            configs = [("plain", None)] + [(m, m) for m in MODES]
-            for name, mode in configs:
+            configs = [("none", None, "rejection")] + [
+                (name, make, mode) for name, make in drafters.items() for mode in MODES
+            ]
+            for drafter_name, make, mode in configs:
                 # Best of 3 passes (the first warms kernels up; CPUs may be shared).
                 passes = []
                 for _ in range(3):
-                    drafter = None if mode is None else ModelDrafter(draft)
-                    passes.append(run(target, tok, drafter, prompts, T, mode or "rejection", args))
+                    drafter = None if make is None else make()
+                    passes.append(run(target, tok, drafter, prompts, T, mode, args))
                 r = min(passes, key=lambda p: p["seconds"])
-                r.update(batch_size=B, temperature=T, mode=name)
+                r.update(
+                    batch_size=B,
+                    temperature=T,
+                    drafter=drafter_name,
+                    mode="plain" if make is None else mode,
+                )
                 results["rows"].append(r)
                 print(json.dumps(r))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
