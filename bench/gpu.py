@@ -1,0 +1,160 @@
+"""GPU benchmark (MLX CUDA build on a lent NVIDIA GPU, or Metal on a Mac).
+
+    python bench/gpu.py --out $OUT/gpu.json
+
+1. A randomly initialised ~1B-parameter Qwen3-shaped model (bf16): tokens/s of plain batched
+   decode through the engine and of mlx-lm's BatchGenerator for B = 1..64, and of speculative
+   decoding with forced acceptance (a drafter that proposes exactly what the target will say,
+   so every draft is accepted: the throughput ceiling of a round); plus the time of one
+   K+1-token verify forward over one 1-token decode forward.
+2. The embedded default model, if present: the engine benchmark (bench/engine.py) rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from bench.engine import run_batch_generator
+from tests.tiny import OracleDrafter
+from workers import Engine, SamplingParams
+from workers.forward import forward_window, pad_windows, prefill
+from workers.kv_cache import BatchCache
+
+
+def qwen3_model(hidden: int = 2048, layers: int = 16, vocab: int = 32000):
+    from mlx.utils import tree_map
+    from mlx_lm.models import qwen3
+
+    args = qwen3.ModelArgs(
+        model_type="qwen3",
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        intermediate_size=3 * hidden,
+        num_attention_heads=hidden // 128 or 1,
+        num_key_value_heads=max(1, hidden // 256),
+        head_dim=128,
+        rms_norm_eps=1e-6,
+        vocab_size=vocab,
+        max_position_embeddings=8192,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+    )
+    mx.random.seed(0)
+    model = qwen3.Model(args)
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    # Random init gives near-uniform logits, where bf16 noise flips argmaxes; a larger
+    # (tied) embedding makes them peaked, like a trained model's.
+    model.model.embed_tokens.weight = model.model.embed_tokens.weight * 12
+    mx.eval(model.parameters())
+    n = sum(v.size for _, v in __import__("mlx.utils").utils.tree_flatten(model.parameters()))
+    return model, n
+
+
+def verify_ratio(model, B: int, K: int, ctx: int = 128, reps: int = 10) -> float:
+    """Seconds of one [B, K+1] forward over one [B, 1] forward, same cache length."""
+    vocab = model.args.vocab_size
+    rng = np.random.default_rng(0)
+    times = {}
+    for W in (1, K + 1):
+        cache = BatchCache.for_model(model, B)
+        prefill(model, cache, [rng.integers(0, vocab, ctx).tolist() for _ in range(B)], 512)
+        tokens, valid = pad_windows([rng.integers(0, vocab, W).tolist() for _ in range(B)])
+        mx.eval(forward_window(model, cache, tokens, valid))  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            mx.eval(forward_window(model, cache, tokens, valid))
+        times[W] = (time.perf_counter() - t0) / reps
+    return times[K + 1] / times[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/out/gpu.json")
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--skip-default", action="store_true")
+    args = ap.parse_args()
+
+    model, n_params = qwen3_model(args.hidden, args.layers)
+    res: dict = {
+        "device": str(mx.default_device()),
+        "machine": platform.node(),
+        "model": f"random qwen3, {n_params / 1e9:.2f}B params, bf16",
+        "max_tokens": args.max_tokens,
+        "draft_depth": args.depth,
+        "rows": {},
+    }
+    rng = np.random.default_rng(1)
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+        prompts = [
+            rng.integers(0, 32000, size=int(rng.integers(16, 64))).tolist() for _ in range(B)
+        ]
+        sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
+        # MLX's CUDA backend compiles kernels per shape on first use, and every round has a
+        # new cache length: each configuration runs the identical workload once untimed.
+        plain = Engine(model, None, max_batch_size=B)
+        plain.generate(prompts, sp)
+        t0 = time.perf_counter()
+        outs = plain.generate(prompts, sp)
+        t_plain = time.perf_counter() - t0
+        n_tok = sum(len(o.tokens) for o in outs)
+        refs = {tuple(p): o.tokens for p, o in zip(prompts, outs)}
+
+        def forced() -> Engine:
+            oracle = OracleDrafter(refs, vocab=32000, every=10**9)
+            return Engine(model, None, drafter=oracle, max_batch_size=B, draft_depth=args.depth)
+
+        forced().generate(prompts, sp)  # warm-up
+        t0 = time.perf_counter()
+        spec = forced().generate(prompts, sp)
+        t_spec = time.perf_counter() - t0
+        n_spec = sum(len(o.tokens) for o in spec)
+        # bf16 verify windows and 1-token decode round differently; count what matched.
+        same = sum(a.tokens == b.tokens for a, b in zip(spec, outs))
+        run_batch_generator(model, prompts, args.max_tokens, B)  # warm-up
+        bg = run_batch_generator(model, prompts, args.max_tokens, B)
+        row = {
+            "engine_plain_tokens_per_s": n_tok / t_plain,
+            "mlx_lm_batch_generator_tokens_per_s": bg["tokens_per_s"],
+            "engine_forced_accept_tokens_per_s": n_spec / t_spec,
+            "forced_acceptance_rate": sum(o.num_accepted_tokens for o in spec)
+            / max(1, sum(o.num_draft_tokens for o in spec)),
+            "rows_identical_to_plain": f"{same}/{B}",
+            "verify_over_decode_time": verify_ratio(model, B, args.depth),
+        }
+        res["rows"][str(B)] = row
+        print(
+            f"B={B}",
+            json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}),
+            flush=True,
+        )
+
+    default = Path(__file__).resolve().parents[1] / "workers/default_model/target/config.json"
+    if default.exists() and not args.skip_default:
+        import subprocess
+        import sys
+
+        out = Path(args.out).with_name("gpu_engine_default.json")
+        subprocess.run(
+            [sys.executable, "bench/engine.py", "--out", str(out), "--batch-sizes", "1,4,8,16,32"],
+            check=False,
+        )
+        if out.exists():
+            res["embedded_default"] = json.loads(out.read_text())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=2))
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
