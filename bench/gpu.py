@@ -110,7 +110,7 @@ def main() -> None:
         n_tok = sum(len(o.tokens) for o in outs)
         refs = {tuple(p): o.tokens for p, o in zip(prompts, outs)}
 
-        def forced() -> Engine:
+        def forced(refs: dict = refs, B: int = B) -> Engine:
             oracle = OracleDrafter(refs, vocab=32000, every=10**9)
             return Engine(model, None, drafter=oracle, max_batch_size=B, draft_depth=args.depth)
 
