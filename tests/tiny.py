@@ -41,6 +41,23 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: i
             **common,
         )
         cls = qwen3.Model
+    elif arch == "gemma3_text":
+        from mlx_lm.models import gemma3_text
+
+        args = gemma3_text.ModelArgs(
+            model_type="gemma3_text",
+            hidden_size=64,
+            num_hidden_layers=max(layers, 3),
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            vocab_size=vocab,
+            sliding_window=8,  # short, so prompts and outputs cross it
+            sliding_window_pattern=3,
+        )
+        cls = gemma3_text.Model
     elif arch == "qwen3_5":
         from mlx_lm.models import qwen3_5
 

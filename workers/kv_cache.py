@@ -229,7 +229,7 @@ class BatchCache:
 
 def layer_kinds(model: object) -> list[bool]:
     """Which layers are recurrent; fail early, naming the cache type, for unsupported ones."""
-    from mlx_lm.models.cache import ArraysCache, KVCache
+    from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
 
     from workers.hybrid import install
 
@@ -238,11 +238,14 @@ def layer_kinds(model: object) -> list[bool]:
     if make_cache is None:
         return recurrent
     for i, (c, rec) in enumerate(zip(make_cache(), recurrent)):
-        ok = isinstance(c, ArraysCache) if rec else type(c) is KVCache
+        # Sliding-window layers keep full rows here; the model passes window_size to the mask,
+        # which then hides keys older than the window (memory is not bounded by the window).
+        sliding = type(c) is RotatingKVCache and c.keep == 0
+        ok = isinstance(c, ArraysCache) if rec else (type(c) is KVCache or sliding)
         if not ok:
             raise ValueError(
                 f"layer {i} uses {type(c).__name__}, which the ragged batch cache does not "
                 "support yet; use a model whose layers use mlx-lm KVCache (llama, qwen2, qwen3, "
-                "mistral, ...) or GatedDeltaNet (qwen3_5, qwen3_next)"
+                "mistral, gemma3, ...) or GatedDeltaNet (qwen3_5, qwen3_next)"
             )
     return recurrent
