@@ -219,3 +219,22 @@ def fit_mtp_head(target, steps: int = 80, seed: int = 0):
         opt.update(head, grads)
         mx.eval(head.parameters(), opt.state)
     return head
+
+
+def save_tiny_checkpoint(model, tokenizer, path, mtp_head=None) -> None:
+    """Write `model` (+ tokenizer, + an MTP head in the Qwen3.5 layout) as an mlx-lm model dir."""
+    import json
+    from pathlib import Path
+
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import save_model
+
+    path = Path(path)
+    save_model(path, model)
+    config = dict(vars(model.args))
+    if mtp_head is not None:
+        config["mtp_num_hidden_layers"] = len(mtp_head.layers)
+        weights = {f"mtp.{k}": v for k, v in tree_flatten(mtp_head.parameters())}
+        mx.save_safetensors(str(path / "mtp.safetensors"), weights)
+    (path / "config.json").write_text(json.dumps(config, default=str))
+    tokenizer._tokenizer.save_pretrained(str(path))
