@@ -20,7 +20,9 @@ import mlx.core as mx
 import numpy as np
 
 from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
+from workers.drafters.mtp import MTPDrafter
 from workers.engine import DEFAULT_MODEL_DIR
+from workers.mtp.loader import has_mtp
 
 
 def load_models(args: argparse.Namespace):
@@ -48,11 +50,16 @@ def prompts_for(tok, n: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [rng.integers(0, vocab, size=int(rng.integers(8, 64))).tolist() for _ in range(n)]
 
 
-def run_batch_generator(model, prompts, max_tokens: int, B: int) -> dict:
+def run_batch_generator(model, prompts, max_tokens: int, B: int, temperature: float = 0.0) -> dict:
     from mlx_lm.generate import BatchGenerator
+    from mlx_lm.sample_utils import make_sampler
 
     gen = BatchGenerator(
-        model, max_tokens=max_tokens, completion_batch_size=B, prefill_batch_size=B
+        model,
+        max_tokens=max_tokens,
+        completion_batch_size=B,
+        prefill_batch_size=B,
+        sampler=make_sampler(temp=temperature) if temperature > 0 else None,
     )
     t0 = time.perf_counter()
     gen.insert(prompts, max_tokens=[max_tokens] * len(prompts))
@@ -66,11 +73,22 @@ def run_batch_generator(model, prompts, max_tokens: int, B: int) -> dict:
     return {"tokens": n, "seconds": dt, "tokens_per_s": n / dt}
 
 
-def run_engine(model, tok, drafter, prompts, max_tokens: int, B: int, depth: int) -> dict:
+def run_engine(
+    model, tok, drafter, prompts, max_tokens: int, B: int, depth: int, temperature: float = 0.0
+) -> dict:
     engine = Engine(model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth)
-    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    sps = [
+        SamplingParams(
+            max_tokens=max_tokens,
+            ignore_eos=True,
+            temperature=temperature,
+            seed=i,
+            acceptance="coupled",
+        )
+        for i in range(len(prompts))
+    ]
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, sp)
+    outs = engine.generate(prompts, sps)
     dt = time.perf_counter() - t0
     stats = engine.take_round_stats()
     n = sum(len(o.tokens) for o in outs)
@@ -143,6 +161,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--temperatures", default="0")
+    ap.add_argument("--skip-context", action="store_true")
     ap.add_argument("--out", default="bench/out/engine.json")
     args = ap.parse_args()
 
@@ -155,29 +175,46 @@ def main() -> None:
         "draft_depth": args.depth,
         "batch": {},
     }
-    for B in [int(b) for b in args.batch_sizes.split(",")]:
-        prompts = prompts_for(tok, max(args.prompts, B), vocab)
-        drafters = {"specfleet_plain": None, "specfleet_ngram": NgramDrafter}
-        if draft is not None:
-            drafters["specfleet_draft_model"] = lambda: ModelDrafter(draft)
-        row = {}
-        run_batch_generator(target, prompts, args.max_tokens, B)  # warm-up
-        row["mlx_lm_batch_generator"] = run_batch_generator(target, prompts, args.max_tokens, B)
-        for name, make in drafters.items():
-            for _ in range(2):  # the first pass warms up kernels and buffers
-                drafter = make() if make is not None else None
-                depth = args.depth if make is not None else 1
-                row[name] = run_engine(target, tok, drafter, prompts, args.max_tokens, B, depth)
-        base = row["mlx_lm_batch_generator"]["tokens_per_s"]
-        for r in row.values():
-            r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base
-        results["batch"][str(B)] = row
-        print(f"B={B}: " + ", ".join(f"{k} {v['tokens_per_s']:.0f} tok/s" for k, v in row.items()))
+    drafters: dict = {"specfleet_plain": None, "specfleet_ngram": NgramDrafter}
+    if draft is not None:
+        drafters["specfleet_draft_model"] = lambda: ModelDrafter(draft)
+    if Path(model_name, "config.json").exists() and has_mtp(model_name):
+        drafters["specfleet_mtp"] = lambda: MTPDrafter.from_target(target, model_name)
+    for T in [float(t) for t in args.temperatures.split(",")]:
+        per_b = results["batch"].setdefault(f"T={T}", {})
+        for B in [int(b) for b in args.batch_sizes.split(",")]:
+            prompts = prompts_for(tok, max(args.prompts, B), vocab)
+            row = {}
+            run_batch_generator(target, prompts, args.max_tokens, B, T)  # warm-up
+            row["mlx_lm_batch_generator"] = run_batch_generator(
+                target, prompts, args.max_tokens, B, T
+            )
+            for name, make in drafters.items():
+                for _ in range(2):  # the first pass warms up kernels and buffers
+                    drafter = make() if make is not None else None
+                    depth = args.depth if make is not None else 1
+                    row[name] = run_engine(
+                        target, tok, drafter, prompts, args.max_tokens, B, depth, T
+                    )
+            base = row["mlx_lm_batch_generator"]["tokens_per_s"]
+            for r in row.values():
+                r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base
+            per_b[str(B)] = row
+            print(
+                f"T={T} B={B}: "
+                + ", ".join(
+                    f"{k} {v['tokens_per_s']:.0f} tok/s ({v['speedup_vs_mlx_lm']:.2f}x"
+                    + (f", len {v['mean_acceptance_length']:.2f})" if "rounds" in v else ")")
+                    for k, v in row.items()
+                ),
+                flush=True,
+            )
 
-    results["context_scaling"] = context_scaling(
-        target, (lambda: ModelDrafter(draft)) if draft is not None else NgramDrafter
-    )
-    print("context scaling:", json.dumps(results["context_scaling"]))
+    if not args.skip_context:
+        results["context_scaling"] = context_scaling(
+            target, (lambda: ModelDrafter(draft)) if draft is not None else NgramDrafter
+        )
+        print("context scaling:", json.dumps(results["context_scaling"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(f"wrote {args.out}")
