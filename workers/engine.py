@@ -110,7 +110,7 @@ class Engine:
         from mlx_lm import load
 
         model_dir = Path(path) if path is not None else DEFAULT_MODEL_DIR / "target"
-        model, tokenizer = load(str(model_dir))
+        model, tokenizer = load(str(model_dir))[:2]
         config.setdefault("model_id", model_dir.name if path is not None else "specfleet-default")
         return cls(model, tokenizer, drafter=_make_drafter(drafter, model_dir, model), **config)
 
@@ -170,7 +170,9 @@ class Engine:
         prompts: Sequence[Sequence[int] | str],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[Completion]:
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        plist: list[SamplingParams | None] = (
+            list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)  # type: ignore[list-item]
+        )
         if len(plist) != len(prompts):
             raise ValueError(f"got {len(plist)} SamplingParams for {len(prompts)} prompts")
         ids = []
@@ -447,8 +449,7 @@ def _make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) ->
 
         path = spec[len("model:") :] if spec.startswith("model:") else ""
         draft_dir = Path(path) if path else model_dir.parent / "draft"
-        draft_model, _ = load(str(draft_dir))
-        return ModelDrafter(draft_model)
+        return ModelDrafter(load(str(draft_dir))[0])
     if spec == "mtp":
         from workers.drafters import mtp  # type: ignore[attr-defined]
 

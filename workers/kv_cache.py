@@ -96,7 +96,7 @@ class RaggedKVCache:
 
     def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
         if other.keys is None:
-            if self.keys is not None:
+            if self.keys is not None and self.values is not None:
                 self.keys, self.values = _pad_rows(self.keys, self.values, num_other)
             return
         assert other.values is not None

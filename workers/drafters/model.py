@@ -66,7 +66,7 @@ class ModelDrafter:
         # The last draft is chosen but never fed: K-1 draft tokens went in after the tail.
         self._fed = self._tail + (K - 1)
         out = np.array(mx.stack(drafted, axis=1), dtype=np.int32)  # [B, K]
-        q_all = None if probs[0] is None else mx.stack(probs, axis=1)  # [B, K, V]
+        q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
         return Proposal(tokens=out, counts=np.minimum(depths, K), probs=q_all)
 
     def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:

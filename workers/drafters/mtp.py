@@ -108,7 +108,7 @@ class MTPDrafter:
         mx.eval(drafted, *self.cache.state_arrays())
         self._chained = np.full(B, K - 1, dtype=np.int64)
         out = np.array(mx.stack(drafted, axis=1), dtype=np.int32)  # [B, K]
-        q_all = None if probs[0] is None else mx.stack(probs, axis=1)  # [B, K, V]
+        q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
         return Proposal(tokens=out, counts=depths, probs=q_all)
 
     def commit(self, num_accepted: np.ndarray, hidden: mx.array | None = None) -> None:
