@@ -1,0 +1,444 @@
+"""The scheduler: admission, batch formation, dispatch to worker links, exactly-once output.
+
+Runs on one asyncio loop (inside the Ray scheduler actor, or a test). Imports neither ray nor
+grpc: worker links (cluster/worker_rpc.py, or a fake in tests) call `worker_connected`,
+`worker_events` and `worker_disconnected`, and the scheduler calls `link.send(...)`.
+
+Exactly-once: each dispatch of a request is an *attempt* with its own wire id
+"<request id>~<attempt>". Only events of the current attempt are applied, each new token is
+appended to the request's committed output once, and when a worker's stream breaks every
+request in flight there is re-queued (ahead of the queue bound) with its committed prefix
+(prompt + tokens emitted so far) as the new prompt and max_tokens reduced by what was emitted.
+Greedy and position-keyed seeded sampling depend only on that prefix, so the client sees the
+same tokens as in a run without the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cluster import requests as rq
+from cluster.metrics import SchedulerMetrics
+from cluster.policy import Batch, BatchPolicy, PendingRequest, PolicyConfig, QueueFullError
+from cluster.policy import WorkerCapacity as Capacity
+from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
+from cluster.tokenizer import TextTokenizer
+from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
+from workers.types import RequestOutput
+
+MAX_PROMPT_CHARS = 4 * 1024 * 1024
+MAX_PROMPT_TOKENS = 1 << 20
+MAX_ATTEMPTS = 32
+
+
+class WorkerLink(Protocol):
+    worker_id: str
+
+    def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
+        """Queue one session message; never blocks. A broken link reports a disconnect."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    finished_cache_size: int = 10_000  # finished requests kept for idempotent retries
+
+    def __post_init__(self) -> None:
+        if self.finished_cache_size < 0:
+            raise ValueError(
+                f"SchedulerConfig.finished_cache_size={self.finished_cache_size!r}: use >= 0"
+            )
+
+
+@dataclass
+class WorkerSlot:
+    link: WorkerLink
+    status: WorkerStatus | None = None
+    connected: bool = False
+    connections: int = 0
+    inflight: dict[str, str] = field(default_factory=dict)  # wire id -> request id
+    kv_inflight: int = 0
+    address: str = ""
+    metrics_url: str = ""
+
+    def capacity(self) -> Capacity | None:
+        if not self.connected or self.status is None or self.status.state != "serving":
+            return None
+        e = self.status.engine
+        return Capacity(
+            worker_id=self.link.worker_id,
+            free_slots=e.max_batch_size - len(self.inflight),
+            kv_free_tokens=e.kv_budget_tokens - self.kv_inflight,
+            num_inflight=len(self.inflight),
+            max_slots=e.max_batch_size,
+        )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig | None = None,
+        tokenizer: TextTokenizer | None = None,
+        metrics: SchedulerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        self.tokenizer = tokenizer
+        self.metrics = metrics or SchedulerMetrics()
+        self.clock = clock
+        self.policy = BatchPolicy(self.config.policy)
+        self.workers: dict[str, WorkerSlot] = {}
+        self.live: dict[str, RequestState] = {}
+        self.finished: OrderedDict[str, RequestState] = OrderedDict()
+        self._wire: dict[str, str] = {}  # current wire id -> request id
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- workers ----------------------------------------------------------------------------
+    def add_worker(self, link: WorkerLink, address: str = "", metrics_url: str = "") -> None:
+        self.workers[link.worker_id] = WorkerSlot(link, address=address, metrics_url=metrics_url)
+
+    def worker_connected(self, worker_id: str, status: WorkerStatus, address: str = "") -> None:
+        slot = self.workers[worker_id]
+        slot.status, slot.connected = status, True
+        slot.address = address or slot.address
+        slot.connections += 1
+        if slot.connections > 1:
+            self.metrics.worker_restarts.labels(worker_id).inc()
+        self._count_connected()
+        self._kick()
+
+    def worker_disconnected(self, worker_id: str, reason: str = "") -> None:
+        """The session broke: requeue everything in flight there from its committed prefix."""
+        slot = self.workers.get(worker_id)
+        if slot is None:
+            return
+        slot.connected = False
+        inflight, slot.inflight, slot.kv_inflight = slot.inflight, {}, 0
+        for wire_id, rid in inflight.items():
+            self._wire.pop(wire_id, None)
+            state = self.live.get(rid)
+            if state is not None and state.wire_id == wire_id:
+                self._requeue(state, f"worker {worker_id} lost: {reason}")
+        self.metrics.inflight.labels(worker_id).set(0)
+        self._count_connected()
+        self._kick()
+
+    def worker_events(self, worker_id: str, events: list[RequestOutput | WorkerRejection]) -> None:
+        for ev in events:
+            rid = self._wire.get(ev.request_id)
+            state = self.live.get(rid) if rid is not None else None
+            if state is None or state.wire_id != ev.request_id:
+                continue  # a stale attempt (requeued or cancelled): its tokens are not ours
+            if isinstance(ev, WorkerRejection):
+                self._release(state)
+                if ev.code == rq.INVALID_ARGUMENT:
+                    self._fail(state, rq.INVALID_ARGUMENT, f"{ev.field}: {ev.message}")
+                else:
+                    self._requeue(state, f"worker {worker_id} refused: {ev.code} {ev.message}")
+                continue
+            self._apply(state, ev, worker_id)
+        self._kick()
+
+    # -- requests -----------------------------------------------------------------------------
+    def submit(self, inp: GenerateInput) -> RequestState:
+        """Admit a request (or attach to the live/finished one with the same id)."""
+        rid = inp.request_id or f"req-{uuid.uuid4().hex}"
+        existing = self.live.get(rid) or self.finished.get(rid)
+        if existing is not None and not (existing.final and existing.final.error_code):
+            return existing  # idempotent retry
+        prompt = self._tokenize(inp)
+        now = self.clock()
+        if inp.timeout_s is not None and inp.timeout_s <= 0:
+            raise SchedulerError(rq.INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
+        state = RequestState(
+            request_id=rid,
+            prompt=prompt,
+            params=inp.params,
+            priority=inp.priority,
+            arrival=now,
+            deadline=None if inp.timeout_s is None else now + inp.timeout_s,
+            detok=self.tokenizer.detokenizer() if self.tokenizer else None,
+        )
+        self._check_fits(state)
+        try:
+            self.policy.submit(self._pending(state))
+        except QueueFullError as e:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise SchedulerError(rq.RESOURCE_EXHAUSTED, str(e)) from None
+        self.finished.pop(rid, None)
+        self.live[rid] = state
+        self.metrics.queue_depth.set(len(self.policy))
+        self._kick()
+        return state
+
+    async def stream(self, state: RequestState) -> AsyncIterator[Delta]:
+        """Deltas of a request from its start (late subscribers get a catch-up first)."""
+        q: asyncio.Queue[Delta] = asyncio.Queue()
+        first = state.catch_up()
+        if first.finished:
+            yield first
+            return
+        state.subscribers.append(q)
+        try:
+            if first.tokens:
+                yield first
+            while True:
+                d = await q.get()
+                yield d
+                if d.finished:
+                    return
+        finally:
+            state.subscribers.remove(q)
+
+    def cancel(self, request_id: str) -> bool:
+        state = self.live.get(request_id)
+        if state is None:
+            return False
+        self._finish(state, "abort", rq.CANCELLED, "cancelled by the client")
+        return True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for state in list(self.live.values()):
+            self._finish(state, "abort", rq.UNAVAILABLE, "the scheduler is shutting down")
+
+    def _kick(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            now = self.clock()
+            self._expire(now)
+            caps = [c for s in self.workers.values() if (c := s.capacity()) is not None]
+            for batch in self.policy.form_batches(caps, now):
+                self._dispatch(batch, now)
+            self.metrics.queue_depth.set(len(self.policy))
+            wake = self.policy.next_wakeup(now)
+            running = [s.deadline for s in self.live.values() if s.deadline and s.worker_id]
+            if running:
+                wake = min([wake, *running]) if wake is not None else min(running)
+            timeout = None if wake is None else max(wake - self.clock(), 0.0005)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _expire(self, now: float) -> None:
+        for p in self.policy.expire(now):
+            state = self.live.get(p.request_id)
+            if state is not None:
+                self._finish(state, "abort", rq.DEADLINE_EXCEEDED, "deadline passed while queued")
+        for state in list(self.live.values()):
+            if state.deadline is not None and state.deadline <= now:
+                self._finish(state, "abort", rq.DEADLINE_EXCEEDED, "deadline passed")
+
+    def _dispatch(self, batch: Batch, now: float) -> None:
+        slot = self.workers[batch.worker_id]
+        submits = []
+        for p in batch.requests:
+            state = self.live[p.request_id]
+            state.attempt += 1
+            state.wire_id = f"{state.request_id}~{state.attempt}"
+            state.worker_id, state.kv_tokens = batch.worker_id, p.kv_tokens
+            state.cur_draft = state.cur_accepted = 0
+            if state.first_dispatch is None:
+                state.first_dispatch = now
+                self.metrics.queue_time.observe(now - state.arrival)
+            self._wire[state.wire_id] = state.request_id
+            slot.inflight[state.wire_id] = state.request_id
+            slot.kv_inflight += p.kv_tokens
+            params = dataclasses.replace(state.params, max_tokens=state.remaining)
+            submits.append(WorkerSubmit(state.wire_id, state.committed_prefix, params))
+        self.metrics.batch_size.observe(len(batch.requests))
+        self.metrics.padding_ratio.observe(batch.padding_ratio)
+        self.metrics.inflight.labels(batch.worker_id).set(len(slot.inflight))
+        slot.link.send(submits, [])
+
+    # -- per-request transitions ---------------------------------------------------------------
+    def _apply(self, state: RequestState, ev: RequestOutput, worker_id: str) -> None:
+        take = ev.new_tokens[: max(state.remaining, 0)]
+        state.cur_draft, state.cur_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
+        text = ""
+        if take:
+            state.tokens.extend(take)
+            text = state.detok.push(take) if state.detok else ""
+            self.metrics.generated_tokens.inc(len(take))
+        if not ev.finished:
+            if take:
+                state.text += text
+                state.publish(Delta(state.request_id, text, take))
+            return
+        self._release(state)
+        if ev.finish_reason == "abort":  # the worker dropped it (draining): run it elsewhere
+            state.text += text
+            if take:
+                state.publish(Delta(state.request_id, text, take))
+            self._requeue(state, f"worker {worker_id} aborted the attempt")
+            return
+        if ev.finish_reason == "error":
+            state.text += text
+            self._finish(state, "error", rq.INTERNAL, ev.error or "engine error", take, text)
+            return
+        state.text += text
+        self._finish(state, ev.finish_reason or "stop", None, None, take, text)
+
+    def _requeue(self, state: RequestState, why: str) -> None:
+        state.wire_id, state.worker_id, state.kv_tokens = None, None, 0
+        state.base_draft += state.cur_draft
+        state.base_accepted += state.cur_accepted
+        state.cur_draft = state.cur_accepted = 0
+        if state.remaining <= 0:
+            self._finish(state, "length", None, None)
+            return
+        if state.attempt >= MAX_ATTEMPTS:
+            self._finish(
+                state, "error", rq.UNAVAILABLE, f"gave up after {state.attempt} attempts: {why}"
+            )
+            return
+        state.requeues += 1
+        self.metrics.requeues.inc()
+        self.policy.submit(self._pending(state), requeue=True)
+
+    def _release(self, state: RequestState) -> None:
+        """Free the worker capacity held by the current attempt (the state keeps its ids)."""
+        if state.wire_id is None:
+            return
+        self._wire.pop(state.wire_id, None)
+        slot = self.workers.get(state.worker_id or "")
+        if slot is not None and slot.inflight.pop(state.wire_id, None) is not None:
+            slot.kv_inflight -= state.kv_tokens
+            self.metrics.inflight.labels(slot.link.worker_id).set(len(slot.inflight))
+
+    def _finish(
+        self,
+        state: RequestState,
+        reason: str,
+        code: str | None,
+        message: str | None,
+        last_tokens: list[int] | None = None,
+        last_text: str = "",
+    ) -> None:
+        if state.finished:
+            return
+        if state.wire_id is not None:
+            slot = self.workers.get(state.worker_id or "")
+            if slot is not None and slot.connected and state.wire_id in slot.inflight:
+                slot.link.send([], [state.wire_id])  # stop the row on the worker
+            self._release(state)
+            state.wire_id = None
+        self.policy.cancel(state.request_id)
+        tail = state.detok.flush() if state.detok else ""
+        state.text += tail
+        state.finished = True
+        state.final = Delta(
+            state.request_id,
+            last_text + tail,
+            list(last_tokens or []),
+            True,
+            reason,
+            code,
+            message,
+            state.usage(),
+        )
+        state.publish(state.final)
+        self.live.pop(state.request_id, None)
+        self.metrics.requests.labels(code or "ok").inc()
+        if self.config.finished_cache_size:
+            self.finished[state.request_id] = state
+            while len(self.finished) > self.config.finished_cache_size:
+                self.finished.popitem(last=False)
+
+    def _fail(self, state: RequestState, code: str, message: str) -> None:
+        self._finish(state, "error", code, message)
+
+    # -- admission helpers -----------------------------------------------------------------
+    def _tokenize(self, inp: GenerateInput) -> list[int]:
+        if (inp.prompt is None) == (inp.messages is None):
+            raise SchedulerError(rq.INVALID_ARGUMENT, "pass exactly one of prompt or messages")
+        if inp.messages is not None or isinstance(inp.prompt, str):
+            if self.tokenizer is None:
+                raise SchedulerError(
+                    rq.INVALID_ARGUMENT,
+                    "text prompt given but the scheduler has no tokenizer: pass token ids or "
+                    "start the cluster with --tokenizer/--model",
+                )
+            if inp.messages is not None:
+                try:
+                    text = self.tokenizer.apply_chat_template(inp.messages)
+                except Exception as e:
+                    raise SchedulerError(rq.INVALID_ARGUMENT, f"messages: {e}") from None
+            else:
+                text = str(inp.prompt)
+            if len(text) > MAX_PROMPT_CHARS:
+                raise SchedulerError(
+                    rq.INVALID_ARGUMENT,
+                    f"prompt has {len(text)} characters, over the {MAX_PROMPT_CHARS} limit",
+                )
+            tokens = self.tokenizer.encode(text)
+        else:
+            tokens = list(inp.prompt or [])
+        if not tokens:
+            raise SchedulerError(rq.INVALID_ARGUMENT, "prompt is empty: pass at least one token")
+        if len(tokens) > MAX_PROMPT_TOKENS:
+            raise SchedulerError(rq.INVALID_ARGUMENT, f"prompt has {len(tokens)} tokens: too long")
+        return tokens
+
+    def _check_fits(self, state: RequestState) -> None:
+        known = [s.status.engine for s in self.workers.values() if s.status is not None]
+        if not known:
+            return  # no worker seen yet: the worker validates at dispatch
+        n = len(state.prompt)
+        vocab = max(e.vocab_size for e in known)
+        bad = [t for t in state.prompt if not 0 <= t < vocab]
+        if bad:
+            raise SchedulerError(
+                rq.INVALID_ARGUMENT,
+                f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})",
+            )
+        if not any(n < e.max_context for e in known):
+            raise SchedulerError(
+                rq.INVALID_ARGUMENT,
+                f"prompt length {n} leaves no room in the context of "
+                f"{max(e.max_context for e in known)} tokens: shorten the prompt",
+            )
+        need = self._pending(state).kv_tokens
+        if not any(need <= e.kv_budget_tokens for e in known):
+            raise SchedulerError(
+                rq.INVALID_ARGUMENT,
+                f"prompt length {n} + max_tokens {state.params.max_tokens} exceeds every "
+                "worker's KV budget: lower max_tokens or shorten the prompt",
+            )
+
+    def _pending(self, state: RequestState) -> PendingRequest:
+        n = len(state.committed_prefix)
+        contexts = [s.status.engine.max_context for s in self.workers.values() if s.status]
+        room = max(contexts) - n if contexts else state.remaining
+        return PendingRequest(
+            request_id=state.request_id,
+            num_prompt_tokens=n,
+            max_tokens=max(1, min(state.remaining, room)),  # the engine reserves at most this
+            arrival=state.arrival,
+            priority=state.priority,
+            deadline=state.deadline,
+        )
+
+    def _count_connected(self) -> None:
+        self.metrics.workers_connected.set(sum(s.connected for s in self.workers.values()))
