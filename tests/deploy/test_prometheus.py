@@ -228,7 +228,12 @@ def test_real_prometheus_scrapes_file_sd_targets_and_runs_the_dashboard(tmp_path
             assert labels["job"] == "specfleet-workers"
             assert "exported_worker" not in labels and "exported_model" not in labels
             assert float(s["value"][1]) == fed[labels["worker"]][2]
-        restarts = _query(base, "specfleet_scheduler_worker_restarts_total")
+        # The scheduler is a separate target, scraped at its own moments.
+        restarts = _wait(
+            lambda: _query(base, "specfleet_scheduler_worker_restarts_total > 0"),
+            30,
+            "scheduler stats scraped",
+        )
         assert [r["metric"]["worker"] for r in restarts] == ["mac-1:50051"]
         time.sleep(1.5)  # one more scrape, so every rate() window holds two samples
 
