@@ -46,7 +46,11 @@ ip_towards() {
       [ -n "$iface" ] && ipconfig getifaddr "$iface" 2>/dev/null
       ;;
     *)
-      ip -4 route get "$1" 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'
+      if command -v ip >/dev/null; then
+        ip -4 route get "$1" 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'
+      else
+        primary_ip
+      fi
       ;;
   esac
 }

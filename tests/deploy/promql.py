@@ -15,7 +15,11 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 # Series Prometheus itself adds to every scrape target: not exported by our code.
-SYNTHETIC = {"up": set(), "scrape_duration_seconds": set(), "scrape_samples_scraped": set()}
+SYNTHETIC: dict[str, set[str]] = {
+    "up": set(),
+    "scrape_duration_seconds": set(),
+    "scrape_samples_scraped": set(),
+}
 # Labels Prometheus attaches from the scrape config / target files.
 TARGET_LABELS = {"job", "instance"}
 KEYWORDS = {

@@ -229,7 +229,7 @@ def test_dashboard_structure(dashboard) -> None:
         assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
         refs = [t["refId"] for t in p["targets"]]
         assert refs and len(refs) == len(set(refs)), p["title"]
-    used = set()
+    used: set[str] = set()
     for _, e in expressions(dashboard):
         used.update(v for v in ("$worker", "$model") if v in e)
     assert used == {"$worker", "$model"}

@@ -257,14 +257,15 @@ def test_real_prometheus_scrapes_file_sd_targets_and_runs_the_dashboard(tmp_path
         assert not [k for k, v in results.items() if k[0] == "Queue depth" and not v]
 
         for query in variable_queries(json.loads(DASHBOARD.read_text())):
-            m = re.match(r"label_values\((.*),\s*(\w+)\)$", substitute_grafana(query))
-            assert m, query
-            url = f"{base}/api/v1/label/{m.group(2)}/values?" + urllib.parse.urlencode(
-                {"match[]": m.group(1)}
+            found = re.match(r"label_values\((.*),\s*(\w+)\)$", substitute_grafana(query))
+            assert found, query
+            selector, label = found.groups()
+            url = f"{base}/api/v1/label/{label}/values?" + urllib.parse.urlencode(
+                {"match[]": selector}
             )
             with urllib.request.urlopen(url, timeout=10) as resp:
                 values = json.load(resp)["data"]
-            assert values == (sorted(workers) if m.group(2) == "worker" else ["tiny"]), query
+            assert values == (sorted(workers) if label == "worker" else ["tiny"]), query
     finally:
         proc.terminate()
         try:
