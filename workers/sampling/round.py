@@ -12,7 +12,11 @@ its own rule, in one batch:
 
 Window slot i of a row predicts the token at absolute position len(history) + i; all noise is
 keyed by that position (keys.py), which is why drafter=None decoding, any depth and any batch
-agree on what "seeded" means. Logprobs are the target's raw log-softmax at each emitted token
+agree on what "seeded" means: greedy, coupled and exact rows emit exactly the plain seeded
+tokens. A rejection row's tokens also depend on where its rounds start (its own accepts and
+draft depth), so it is reproducible alone or batched while the batch does not clamp its depth
+(EngineConfig.max_verify_tokens), and after a requeue it stays correctly distributed but may
+differ. Logprobs are the target's raw log-softmax at each emitted token
 (before penalties, temperature and filters), as vLLM reports by default.
 """
 
