@@ -1,0 +1,258 @@
+"""`specfleet` command line: up (start a cluster), batch (offline job), worker (one worker).
+
+specfleet up                              # local Ray, 2 workers, embedded default model
+specfleet up --batch prompts.jsonl -o results.jsonl   # ... run a batch through it, exit
+specfleet up --address auto               # join a Ray cluster: one worker per node with
+                                          # the specfleet_worker resource
+specfleet batch IN.jsonl -o OUT.jsonl --gateway HOST:PORT
+specfleet worker --model PATH --port 50051
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import workers
+from cluster.batch_job import BatchJobConfig, main_with_backend
+from cluster.openai_format import BodyError, GenerationResult, ParsedBody
+
+TOKEN_ENV = "SPECFLEET_AUTH_TOKEN"
+DEFAULT_MODEL_DIR = Path(workers.__file__).parent / "default_model" / "target"
+
+
+def _read_token(path: str | None) -> str | None:
+    if path:
+        return Path(path).read_text().strip() or None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _add_client_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("gateway connection")
+    g.add_argument("--auth-token-file", help=f"bearer token file (or ${TOKEN_ENV})")
+    g.add_argument("--tls-ca", help="CA PEM to trust (enables TLS)")
+    g.add_argument("--tls-cert", help="client certificate PEM (mTLS)")
+    g.add_argument("--tls-key", help="client key PEM (mTLS)")
+
+
+def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_argument_group("offline batch")
+    g.add_argument("-o", "--output", required=required, help="output JSONL (OpenAI Batch format)")
+    g.add_argument("--errors", help="error file (default: OUTPUT with .errors.jsonl)")
+    g.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
+    g.add_argument("--summary-json", help="also write the summary as JSON here")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specfleet", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start (or join) a Ray cluster and serve the gateway")
+    up.add_argument("--address", help="Ray address to join (e.g. auto); default: start locally")
+    up.add_argument("--workers", type=int, help="number of workers (local default 2)")
+    up.add_argument("--model", help="mlx-lm model directory (default: embedded default model)")
+    up.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH'")
+    up.add_argument("--draft-depth", type=int, default=4)
+    up.add_argument("--max-batch-size", type=int, default=16)
+    up.add_argument("--max-context", type=int)
+    up.add_argument("--tokenizer", help="tokenizer dir/file (default: the model directory)")
+    up.add_argument("--gateway-host", default=None, help="default 127.0.0.1 local, 0.0.0.0 joined")
+    up.add_argument("--gateway-port", type=int, default=50050)
+    up.add_argument("--metrics-port", type=int, default=0, help="scheduler metrics (0 = any)")
+    up.add_argument("--max-queue", type=int, default=4096)
+    up.add_argument("--coalesce-ms", type=float, default=3.0)
+    up.add_argument("--prometheus-targets-dir", help="keep file_sd targets here (deploy/README)")
+    up.add_argument("--tls-server-cert", help="gateway and worker certificate PEM (enables TLS)")
+    up.add_argument("--tls-server-key", help="gateway and worker key PEM")
+    up.add_argument("--batch", metavar="INPUT", help="run this batch JSONL through, then exit")
+    _add_client_args(up)
+    _add_batch_args(up, required=False)
+
+    b = sub.add_parser("batch", help="run an OpenAI Batch JSONL file against a running gateway")
+    b.add_argument("input")
+    b.add_argument("--gateway", default="127.0.0.1:50050", help="gateway address")
+    b.add_argument("--ray", action="store_true", help="find the gateway through Ray instead")
+    _add_client_args(b)
+    _add_batch_args(b, required=True)
+
+    sub.add_parser(
+        "worker", help="run one worker standalone (see `specfleet worker -h`)", add_help=False
+    )
+    return p
+
+
+def client_backend(client: Any, retries: int = 50) -> Any:
+    """Batch-job backend over the Python client. The request id is a hash of the custom_id and
+    body, so a resumed job re-attaches to requests the cluster still holds instead of rerunning."""
+    from cluster.client import InvalidRequestError, QueueFullError, Unavailable
+
+    def call(parsed: ParsedBody, custom_id: str) -> GenerationResult:
+        prompt = parsed.messages if parsed.is_chat else parsed.prompt
+        key = json.dumps([custom_id, prompt, repr(parsed.params)], sort_keys=True)
+        rid = "batch-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+        for attempt in range(retries):
+            try:
+                res = client.generate(
+                    prompt, params=parsed.params, priority=parsed.priority, request_id=rid
+                )
+                break
+            except InvalidRequestError as e:
+                raise BodyError(e.message) from None
+            except (QueueFullError, Unavailable):
+                if attempt == retries - 1:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        return GenerationResult(
+            text=res.text,
+            finish_reason=res.finish_reason,
+            num_prompt_tokens=res.usage.prompt_tokens,
+            num_generated_tokens=res.usage.completion_tokens,
+            tokens=res.tokens,
+            num_draft_tokens=res.usage.draft_tokens,
+            num_accepted_tokens=res.usage.accepted_tokens,
+            request_id=res.request_id,
+        )
+
+    return call
+
+
+def _client(address: str, args: argparse.Namespace) -> Any:
+    from cluster.client import Client
+
+    return Client(
+        address,
+        token=_read_token(args.auth_token_file),
+        tls_ca_file=args.tls_ca,
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
+    )
+
+
+def _batch(address: str, args: argparse.Namespace, input_path: str) -> int:
+    config = BatchJobConfig(
+        Path(input_path),
+        Path(args.output),
+        Path(args.errors) if args.errors else None,
+        concurrency=args.concurrency,
+        progress=not args.no_progress,
+    )
+    with _client(address, args) as client:
+        summary_json = Path(args.summary_json) if args.summary_json else None
+        return main_with_backend(config, client_backend(client), summary_json)
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    address = args.gateway
+    if args.ray:
+        from cluster.ray_actor import gateway_address
+
+        address = gateway_address()
+    return _batch(address, args, args.input)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    import ray
+
+    from cluster.gateway_server import GatewayConfig
+    from cluster.policy import PolicyConfig
+    from cluster.ray_actor import ClusterSpec, SchedulerActorConfig, start_cluster
+    from cluster.scheduler import SchedulerConfig
+    from cluster.worker_rpc import LinkConfig
+    from workers.service.engine_spec import EngineSpec
+    from workers.service.grpc_auth import TLSFiles
+    from workers.service.grpc_server import WorkerServerConfig
+    from workers.service.ray_actor import WORKER_RESOURCE
+
+    local = args.address is None
+    n = args.workers if args.workers is not None else (2 if local else None)
+    if local:
+        ray.init(
+            num_cpus=max(os.cpu_count() or 2, (n or 2) + 1),
+            resources={WORKER_RESOURCE: n or 2},
+            namespace="specfleet",
+            include_dashboard=False,
+        )
+    else:
+        ray.init(address=args.address, namespace="specfleet")
+    host = args.gateway_host or ("127.0.0.1" if local else "0.0.0.0")
+    token = _read_token(args.auth_token_file)
+    tls = TLSFiles(args.tls_server_cert, args.tls_server_key) if args.tls_server_cert else None
+    tokenizer = args.tokenizer or args.model or str(DEFAULT_MODEL_DIR)
+    engine = EngineSpec(
+        model=args.model,
+        drafter=args.drafter,
+        draft_depth=args.draft_depth,
+        max_batch_size=args.max_batch_size,
+        max_context=args.max_context,
+    )
+    spec = ClusterSpec(
+        engine=engine,
+        worker=WorkerServerConfig(
+            host="127.0.0.1" if local else "0.0.0.0",
+            model_name=engine.model_name,
+            auth_token=token,
+            tls=tls,
+        ),
+        actor=SchedulerActorConfig(
+            scheduler=SchedulerConfig(
+                PolicyConfig(max_queue=args.max_queue, coalesce_window_s=args.coalesce_ms / 1000)
+            ),
+            gateway=GatewayConfig(host=host, port=args.gateway_port, auth_token=token, tls=tls),
+            link=LinkConfig(auth_token=token, tls_ca_file=args.tls_ca),
+            tokenizer_path=tokenizer,
+            metrics_host="127.0.0.1" if local else "0.0.0.0",
+            metrics_port=args.metrics_port,
+            prometheus_targets_dir=args.prometheus_targets_dir,
+            model_name=engine.model_name,
+        ),
+        num_workers=n,
+    )
+    print(f"specfleet: starting {n or 'one per node'} worker(s) ...", file=sys.stderr)
+    cluster = start_cluster(spec)
+    a = cluster.addresses
+    print(f"gateway:           {a['gateway']}", file=sys.stderr)
+    print(f"scheduler metrics: {a['metrics']}", file=sys.stderr)
+    for wid, w in a["workers"].items():
+        print(f"worker {wid}:  grpc {w['grpc']}  metrics {w['metrics']}", file=sys.stderr)
+    try:
+        if args.batch:
+            if not args.output:
+                raise SystemExit("--batch needs -o OUTPUT")
+            return _batch(a["gateway"], args, args.batch)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        print("serving; Ctrl-C to stop", file=sys.stderr)
+        try:
+            while not stop.wait(1.0):
+                pass
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        cluster.shutdown()
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "worker":
+        from workers.service.cli import worker_main
+
+        return worker_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "batch":
+        return cmd_batch(args)
+    return cmd_up(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

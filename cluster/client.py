@@ -1,0 +1,222 @@
+"""`from cluster import Client`: the Python client of a specfleet cluster (over the gateway).
+
+    client = Client("127.0.0.1:50051")            # or Client.from_ray() inside the Ray cluster
+    out = client.generate("Once upon a time", max_tokens=32)
+    for delta in client.stream([{"role": "user", "content": "hi"}], temperature=0.7, seed=1):
+        print(delta.text, end="")
+    outs = client.generate_batch(["a", "b"], max_tokens=8)
+
+Errors arrive as `SpecfleetError` (subclasses per status) carrying the server's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from cluster import gateway_codec as codec
+from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from protos.specfleet.v1 import gateway_pb2 as pb
+from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
+from workers.service.grpc_auth import auth_metadata, client_credentials
+from workers.types import SamplingParams
+
+Prompt = str | Sequence[int] | Sequence[dict[str, str]]
+
+
+class SpecfleetError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class InvalidRequestError(SpecfleetError):
+    pass
+
+
+class QueueFullError(SpecfleetError):
+    """RESOURCE_EXHAUSTED: the cluster's waiting queue is full; retry later."""
+
+
+class Unavailable(SpecfleetError):
+    pass
+
+
+_ERRORS = {
+    "INVALID_ARGUMENT": InvalidRequestError,
+    "RESOURCE_EXHAUSTED": QueueFullError,
+    "UNAVAILABLE": Unavailable,
+}
+
+
+def _error(code: str, message: str) -> SpecfleetError:
+    return _ERRORS.get(code, SpecfleetError)(code, message)
+
+
+@dataclass
+class CompletionResult:
+    request_id: str
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    usage: Usage = field(default_factory=Usage)
+
+
+def make_input(
+    prompt: Prompt,
+    *,
+    request_id: str | None = None,
+    priority: int = 0,
+    timeout_s: float | None = None,
+    **sampling: Any,
+) -> GenerateInput:
+    params = sampling.pop("params", None) or SamplingParams(**sampling)
+    if isinstance(prompt, str):
+        return GenerateInput(prompt, None, params, request_id, priority, timeout_s)
+    items = list(prompt)
+    if items and all(isinstance(m, dict) for m in items):
+        return GenerateInput(None, items, params, request_id, priority, timeout_s)  # type: ignore[arg-type]
+    if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+        return GenerateInput(items, None, params, request_id, priority, timeout_s)  # type: ignore[arg-type]
+    raise TypeError(
+        f"prompt={prompt!r:.60}: pass a string, a list of token ids or a list of "
+        "{'role', 'content'} messages"
+    )
+
+
+class Client:
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        max_message_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        if tls_ca_file:
+            creds = client_credentials(tls_ca_file, tls_cert_file, tls_key_file)
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = pb_grpc.GatewayStub(self._channel)
+        self._md = auth_metadata(token)
+        self.address = address
+
+    @classmethod
+    def from_ray(cls, name: str = "specfleet-scheduler", namespace: str = "specfleet", **kw: Any):
+        """Connect to the gateway of the scheduler actor in the current Ray cluster."""
+        from cluster.ray_actor import gateway_address
+
+        return cls(gateway_address(name, namespace), **kw)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls --------------------------------------------------------------------------------
+    def generate(self, prompt: Prompt, *, timeout: float | None = None, **kw: Any):
+        msg = self._request(prompt, kw)
+        try:
+            res = self._stub.Submit(msg, metadata=self._md, timeout=timeout)
+        except grpc.RpcError as e:
+            raise _from_rpc(e) from None
+        return _result(res)
+
+    def stream(self, prompt: Prompt, *, timeout: float | None = None, **kw: Any) -> Iterator[Delta]:
+        msg = self._request(prompt, kw)
+        call = self._stub.Generate(msg, metadata=self._md, timeout=timeout)
+        try:
+            for ev in call:
+                yield codec.event_from_pb(ev)
+        except grpc.RpcError as e:
+            raise _from_rpc(e) from None
+        finally:
+            call.cancel()
+
+    def generate_batch(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+        **kw: Any,
+    ) -> list[CompletionResult | SpecfleetError]:
+        """All prompts in one call; per-item errors raise (or are returned in place)."""
+        req = pb.SubmitBatchRequest(requests=[self._request(p, dict(kw)) for p in prompts])
+        try:
+            resp = self._stub.SubmitBatch(req, metadata=self._md, timeout=timeout)
+        except grpc.RpcError as e:
+            raise _from_rpc(e) from None
+        out: list[CompletionResult | SpecfleetError] = []
+        for item in resp.items:
+            if item.HasField("error"):
+                err = _error(item.error.code, item.error.message)
+                if not return_exceptions:
+                    raise err
+                out.append(err)
+            else:
+                out.append(_result(item.result))
+        return out
+
+    def cancel(self, *request_ids: str) -> list[str]:
+        try:
+            resp = self._stub.Cancel(
+                pb.CancelRequest(request_ids=list(request_ids)), metadata=self._md
+            )
+        except grpc.RpcError as e:
+            raise _from_rpc(e) from None
+        return list(resp.cancelled)
+
+    def cluster_info(self) -> pb.ClusterInfoResponse:
+        try:
+            return self._stub.ClusterInfo(pb.ClusterInfoRequest(), metadata=self._md, timeout=10)
+        except grpc.RpcError as e:
+            raise _from_rpc(e) from None
+
+    def _request(self, prompt: Prompt, kw: dict[str, Any]) -> pb.GenerateRequest:
+        try:
+            inp = make_input(prompt, **kw)
+            return codec.request_to_pb(inp)
+        except (SchedulerError, ValueError) as e:
+            raise InvalidRequestError("INVALID_ARGUMENT", str(e)) from None
+
+
+def _result(res: pb.GenerateResult) -> CompletionResult:
+    return CompletionResult(
+        request_id=res.request_id,
+        text=res.text,
+        tokens=codec.unpack_tokens(res.token_ids, "token_ids"),
+        finish_reason=res.finish_reason,
+        usage=codec.usage_from_pb(res.usage),
+    )
+
+
+def _from_rpc(e: grpc.RpcError) -> SpecfleetError:
+    code = e.code().name if hasattr(e, "code") else "UNKNOWN"  # type: ignore[attr-defined]
+    details = e.details() if hasattr(e, "details") else str(e)  # type: ignore[attr-defined]
+    return _error(code, details or code)
+
+
+__all__ = [
+    "Client",
+    "CompletionResult",
+    "InvalidRequestError",
+    "QueueFullError",
+    "SpecfleetError",
+    "Unavailable",
+]

@@ -1,0 +1,179 @@
+"""The one place where gateway protobuf messages become cluster dataclasses and back (both the
+gateway server and the Python client use it). No grpc import: pure message conversion."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from protos.specfleet.v1 import gateway_pb2 as pb
+from workers.types import SamplingParams
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+MAX_STOPS = 64
+
+
+def pack_tokens(tokens: list[int]) -> bytes:
+    return struct.pack(f"<{len(tokens)}I", *tokens)
+
+
+def unpack_tokens(data: bytes, field: str) -> list[int]:
+    if len(data) % 4:
+        raise SchedulerError(
+            INVALID_ARGUMENT, f"{field}: {len(data)} bytes is not a multiple of 4 (uint32 LE)"
+        )
+    return list(struct.unpack(f"<{len(data) // 4}I", data))
+
+
+# -- sampling ---------------------------------------------------------------------------------
+_OPTIONAL = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "ignore_eos",
+    "draft_depth",
+    "repetition_penalty",
+    "presence_penalty",
+)
+
+
+def sampling_from_pb(msg: pb.Sampling) -> SamplingParams:
+    kw: dict[str, Any] = {k: getattr(msg, k) for k in _OPTIONAL if msg.HasField(k)}
+    if len(msg.stop) > MAX_STOPS:
+        raise SchedulerError(INVALID_ARGUMENT, f"sampling.stop: {len(msg.stop)} > {MAX_STOPS}")
+    if msg.stop:
+        kw["stop"] = tuple(msg.stop)
+    if msg.stop_token_ids:
+        kw["stop_token_ids"] = tuple(unpack_tokens(msg.stop_token_ids, "sampling.stop_token_ids"))
+    if msg.acceptance:
+        kw["acceptance"] = msg.acceptance
+    try:
+        return SamplingParams(**kw)
+    except (ValueError, TypeError) as e:
+        raise SchedulerError(INVALID_ARGUMENT, f"sampling: {e}") from None
+
+
+def sampling_to_pb(params: SamplingParams) -> pb.Sampling:
+    default = SamplingParams()
+    msg = pb.Sampling()
+    for k in _OPTIONAL:
+        value = getattr(params, k)
+        if value != getattr(default, k) and value is not None:
+            setattr(msg, k, value)
+    if params.stop:
+        if not all(isinstance(s, str) for s in params.stop):
+            raise ValueError("token-id stop sequences are not served by the gateway: use strings")
+        msg.stop.extend(params.stop)  # type: ignore[arg-type]
+    if params.stop_token_ids:
+        msg.stop_token_ids = pack_tokens(list(params.stop_token_ids))
+    if params.acceptance != default.acceptance:
+        msg.acceptance = params.acceptance
+    return msg
+
+
+# -- requests ---------------------------------------------------------------------------------
+def request_from_pb(msg: pb.GenerateRequest) -> GenerateInput:
+    which = msg.WhichOneof("input")
+    prompt: str | list[int] | None = None
+    messages: list[dict[str, str]] | None = None
+    if which == "prompt":
+        prompt = msg.prompt
+    elif which == "prompt_token_ids":
+        prompt = unpack_tokens(msg.prompt_token_ids, "prompt_token_ids")
+    elif which == "chat":
+        messages = [{"role": m.role, "content": m.content} for m in msg.chat.messages]
+        if not messages:
+            raise SchedulerError(INVALID_ARGUMENT, "chat.messages is empty")
+    else:
+        raise SchedulerError(
+            INVALID_ARGUMENT, "no input: set one of prompt, prompt_token_ids or chat"
+        )
+    if msg.timeout_s < 0:
+        raise SchedulerError(INVALID_ARGUMENT, f"timeout_s={msg.timeout_s}: use > 0 or 0 for none")
+    if len(msg.request_id) > 256:
+        raise SchedulerError(INVALID_ARGUMENT, "request_id is longer than 256 characters")
+    return GenerateInput(
+        prompt=prompt,
+        messages=messages,
+        params=sampling_from_pb(msg.sampling),
+        request_id=msg.request_id or None,
+        priority=msg.priority,
+        timeout_s=msg.timeout_s or None,
+    )
+
+
+def request_to_pb(inp: GenerateInput) -> pb.GenerateRequest:
+    msg = pb.GenerateRequest(
+        request_id=inp.request_id or "",
+        sampling=sampling_to_pb(inp.params),
+        priority=inp.priority,
+        timeout_s=inp.timeout_s or 0.0,
+    )
+    if inp.messages is not None:
+        msg.chat.messages.extend(pb.ChatMessage(**m) for m in inp.messages)
+    elif isinstance(inp.prompt, str):
+        msg.prompt = inp.prompt
+    elif inp.prompt is not None:
+        msg.prompt_token_ids = pack_tokens(list(inp.prompt))
+    return msg
+
+
+# -- results ----------------------------------------------------------------------------------
+def usage_to_pb(u: Usage | None) -> pb.Usage | None:
+    if u is None:
+        return None
+    return pb.Usage(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        draft_tokens=u.draft_tokens,
+        accepted_tokens=u.accepted_tokens,
+        requeues=u.requeues,
+        queue_time_s=u.queue_time_s,
+    )
+
+
+def usage_from_pb(u: pb.Usage) -> Usage:
+    return Usage(
+        u.prompt_tokens,
+        u.completion_tokens,
+        u.draft_tokens,
+        u.accepted_tokens,
+        u.requeues,
+        u.queue_time_s,
+    )
+
+
+def event_to_pb(d: Delta) -> pb.GenerateEvent:
+    return pb.GenerateEvent(
+        request_id=d.request_id,
+        text=d.text,
+        token_ids=pack_tokens(d.tokens),
+        finished=d.finished,
+        finish_reason=d.finish_reason or "",
+        usage=usage_to_pb(d.usage),
+    )
+
+
+def event_from_pb(msg: pb.GenerateEvent) -> Delta:
+    return Delta(
+        request_id=msg.request_id,
+        text=msg.text,
+        tokens=unpack_tokens(msg.token_ids, "token_ids"),
+        finished=msg.finished,
+        finish_reason=msg.finish_reason or None,
+        usage=usage_from_pb(msg.usage) if msg.HasField("usage") else None,
+    )
+
+
+def result_to_pb(request_id: str, text: str, tokens: list[int], last: Delta) -> pb.GenerateResult:
+    return pb.GenerateResult(
+        request_id=request_id,
+        text=text,
+        token_ids=pack_tokens(tokens),
+        finish_reason=last.finish_reason or "",
+        usage=usage_to_pb(last.usage),
+    )

@@ -1,0 +1,235 @@
+"""`specfleet.v1.Gateway` over grpc.aio, on the scheduler's event loop. Maps scheduler error
+codes to gRPC statuses (here only), serves health + reflection, optional bearer token / TLS
+with the same options (and code) as the workers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cluster import gateway_codec as codec
+from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
+from cluster.scheduler import Scheduler
+from protos.specfleet.v1 import gateway_pb2 as pb
+from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
+from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
+MAX_BATCH_ITEMS = 10_000
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    auth_token: str | None = None
+    tls: TLSFiles | None = None
+    max_receive_message_bytes: int = 16 * 1024 * 1024
+    max_send_message_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.port, int) and 0 <= self.port < 65536):
+            raise ValueError(f"GatewayConfig.port={self.port!r}: use 0..65535 (0 = any free)")
+        if self.auth_token == "":
+            raise ValueError("GatewayConfig.auth_token='': pass None to disable auth")
+        if self.max_receive_message_bytes <= 0 or self.max_send_message_bytes <= 0:
+            raise ValueError("GatewayConfig message size limits must be > 0 bytes")
+
+
+def _status(code: str) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
+
+
+class GatewayServicer(pb_grpc.GatewayServicer):
+    def __init__(self, scheduler: Scheduler, info_extra: Callable[[], dict[str, str]]) -> None:
+        self.sched = scheduler
+        self.info_extra = info_extra
+
+    def _admit(self, msg: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> RequestState:
+        inp = codec.request_from_pb(msg)
+        remaining = context.time_remaining()
+        if remaining is not None and (inp.timeout_s is None or remaining < inp.timeout_s):
+            inp = GenerateInput(
+                inp.prompt, inp.messages, inp.params, inp.request_id, inp.priority, remaining
+            )
+        return self.sched.submit(inp)
+
+    async def _follow(
+        self, state: RequestState, context: grpc.aio.ServicerContext | None
+    ) -> AsyncIterator[Delta]:
+        """Stream deltas; a caller that goes away cancels its request (if nobody else waits)."""
+        done = False
+        try:
+            async for d in self.sched.stream(state):
+                done = d.finished
+                yield d
+        finally:
+            if not done and not state.finished and not state.subscribers:
+                self.sched.cancel(state.request_id)
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateEvent]:
+        try:
+            state = self._admit(request, context)
+        except SchedulerError as e:
+            await context.abort(_status(e.code), e.message)
+        async for d in self._follow(state, context):
+            if d.error_code:
+                if d.tokens or d.text:
+                    yield codec.event_to_pb(Delta(d.request_id, d.text, d.tokens))
+                await context.abort(_status(d.error_code), d.error or d.error_code)
+            yield codec.event_to_pb(d)
+
+    async def _run_one(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GenerateResult:
+        state = self._admit(request, context)
+        last: Delta | None = None
+        async for d in self._follow(state, context):
+            last = d
+        assert last is not None
+        if last.error_code:
+            raise SchedulerError(last.error_code, last.error or last.error_code)
+        return codec.result_to_pb(state.request_id, state.text, list(state.tokens), last)
+
+    async def Submit(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GenerateResult:
+        try:
+            return await self._run_one(request, context)
+        except SchedulerError as e:
+            await context.abort(_status(e.code), e.message)
+        raise AssertionError("unreachable")
+
+    async def SubmitBatch(
+        self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitBatchResponse:
+        if len(request.requests) > MAX_BATCH_ITEMS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"requests: {len(request.requests)} items is over {MAX_BATCH_ITEMS}; split it",
+            )
+
+        async def one(msg: pb.GenerateRequest) -> pb.BatchItem:
+            try:
+                res = await self._run_one(msg, context)
+                return pb.BatchItem(request_id=res.request_id, result=res)
+            except SchedulerError as e:
+                return pb.BatchItem(
+                    request_id=msg.request_id, error=pb.Error(code=e.code, message=e.message)
+                )
+
+        items = await asyncio.gather(*(one(m) for m in request.requests))
+        return pb.SubmitBatchResponse(items=items)
+
+    async def Cancel(
+        self, request: pb.CancelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelResponse:
+        return pb.CancelResponse(cancelled=[r for r in request.request_ids if self.sched.cancel(r)])
+
+    async def ClusterInfo(
+        self, request: pb.ClusterInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClusterInfoResponse:
+        s = self.sched
+        resp = pb.ClusterInfoResponse(
+            queue_depth=len(s.policy),
+            max_queue=s.config.policy.max_queue,
+            live_requests=len(s.live),
+            metrics_url=self.info_extra().get("metrics_url", ""),
+        )
+        for wid, slot in s.workers.items():
+            e = slot.status.engine if slot.status else None
+            resp.workers.append(
+                pb.WorkerStatus(
+                    worker_id=wid,
+                    address=slot.address,
+                    metrics_url=slot.metrics_url,
+                    connected=slot.connected,
+                    state=slot.status.state if slot.status else "unknown",
+                    model_id=e.model_id if e else "",
+                    drafter=e.drafter if e else "",
+                    max_batch_size=e.max_batch_size if e else 0,
+                    kv_budget_tokens=e.kv_budget_tokens if e else 0,
+                    inflight=len(slot.inflight),
+                    connections=slot.connections,
+                )
+            )
+            if e is not None:
+                resp.model_id, resp.vocab_size, resp.max_context = (
+                    e.model_id,
+                    e.vocab_size,
+                    e.max_context,
+                )
+        return resp
+
+
+class GatewayServer:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        config: GatewayConfig | None = None,
+        info_extra: Callable[[], dict[str, str]] = dict,
+    ) -> None:
+        self.config = config or GatewayConfig()
+        self.scheduler = scheduler
+        self.info_extra = info_extra
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> GatewayServer:
+        cfg = self.config
+        interceptors = [BearerTokenInterceptor(cfg.auth_token)] if cfg.auth_token else []
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_receive_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_send_message_bytes),
+            ],
+        )
+        pb_grpc.add_GatewayServicer_to_server(
+            GatewayServicer(self.scheduler, self.info_extra), server
+        )
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        bind = f"{cfg.host}:{cfg.port}"
+        if cfg.tls is not None:
+            self.port = server.add_secure_port(bind, cfg.tls.server_credentials())
+        else:
+            self.port = server.add_insecure_port(bind)
+        if self.port == 0:
+            raise RuntimeError(f"gateway could not bind {bind}: is the port in use?")
+        await server.start()
+        self._server = server
+        await self.set_serving(True)
+        return self
+
+    async def set_serving(self, serving: bool) -> None:
+        assert self._health is not None
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, status)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        if self._server is not None:
+            await self.set_serving(False)
+            await self._server.stop(grace)
