@@ -15,14 +15,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
-from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill
+from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
@@ -67,6 +67,14 @@ class EngineConfig:
         )
 
 
+@dataclass
+class _Prefill:
+    rows: list[Row]
+    cache: BatchCache
+    done: int = 0  # tokens of each history already in `cache`
+    hidden: list[mx.array] = field(default_factory=list)  # per chunk [n, W, H], MTP only
+
+
 class Engine:
     def __init__(
         self,
@@ -91,6 +99,7 @@ class Engine:
         self.cache = BatchCache.for_model(model)
         self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
         self._verify_hidden: mx.array | None = None
+        self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
         self._inbox: deque[tuple[str, object]] = deque()
@@ -131,12 +140,13 @@ class Engine:
 
     def has_work(self) -> bool:
         with self._lock:
-            return bool(self.rows or self.waiting or self._inbox)
+            return bool(self.rows or self.waiting or self._inbox or self._prefill)
 
     def step(self) -> list[RequestOutput]:
         events = self._take_new_work()
         stats = RoundStats()
         self._admit(stats)
+        events += self._drop_finished()  # aborted rows leave before the round computes them
         if self.rows:
             self._round(stats)
         if stats.batch_size or stats.num_prefill_tokens:
@@ -150,6 +160,7 @@ class Engine:
         return stats
 
     def info(self) -> EngineInfo:
+        prefilling = self._prefill.rows if self._prefill else []
         return EngineInfo(
             model_id=self.config.model_id,
             vocab_size=self.vocab_size,
@@ -158,10 +169,13 @@ class Engine:
             draft_depth=self.config.draft_depth,
             max_batch_size=self.config.max_batch_size,
             num_running=len(self.rows),
-            num_waiting=len(self.waiting) + len(self._inbox),
-            free_slots=max(0, self.config.max_batch_size - len(self.rows) - len(self.waiting)),
+            num_waiting=len(self.waiting) + len(self._inbox) + len(prefilling),
+            free_slots=max(
+                0,
+                self.config.max_batch_size - len(self.rows) - len(self.waiting) - len(prefilling),
+            ),
             kv_budget_tokens=self.kv_budget,
-            kv_used_tokens=sum(self._reserve(r) for r in self.rows),
+            kv_used_tokens=sum(self._reserve(r) for r in self.rows + prefilling),
             eos_token_ids=sorted(self.eos_ids),
         )
 
@@ -312,6 +326,10 @@ class Engine:
             if row.request_id == request_id and not row.is_finished:
                 row.finish_reason = "abort"  # the round-end sweep drops it and emits the event
                 return []
+        for row in self._prefill.rows if self._prefill else []:
+            if row.request_id == request_id and not row.is_finished:
+                row.finish_reason = "abort"  # dropped (with its event) once its prefill joins
+                return []
         for row in list(self.waiting):
             if row.request_id == request_id:
                 self.waiting.remove(row)
@@ -322,6 +340,41 @@ class Engine:
         return []  # unknown or already finished: aborting is idempotent
 
     def _admit(self, stats: RoundStats) -> None:
+        """Prefill joining rows one chunk per step while others decode, then join them.
+
+        Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
+        with nothing running, the whole prompt goes through at once.
+        """
+        if self._prefill is None:
+            joining = self._pick_joining()
+            if not joining:
+                return
+            self._prefill = _Prefill(joining, BatchCache.for_model(self.model, len(joining)))
+        p = self._prefill
+        t0 = time.perf_counter()
+        # The cache takes every history token but the last, which the next verify consumes.
+        seqs = [r.history[:-1] for r in p.rows]
+        longest = max(len(s) for s in seqs)
+        step = self.config.prefill_step_size
+        while p.done < longest:
+            h = prefill_chunk(self.model, p.cache, seqs, p.done, step, self._needs_hidden)
+            if h is not None:
+                p.hidden.append(h)
+            p.done += step
+            if self.rows:
+                break
+        stats.time_prefill_s = time.perf_counter() - t0
+        if p.done < longest:
+            return
+        self._prefill = None
+        stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
+        self.cache.append(p.cache)
+        if self.drafter is not None:
+            hidden = mx.concatenate(p.hidden, axis=1) if p.hidden else None
+            self.drafter.add_rows([r.history for r in p.rows], hidden)
+        self.rows.extend(p.rows)
+
+    def _pick_joining(self) -> list[Row]:
         joining: list[Row] = []
         used = sum(self._reserve(r) for r in self.rows)
         while self.waiting and len(self.rows) + len(joining) < self.config.max_batch_size:
@@ -330,36 +383,23 @@ class Engine:
                 break
             used += need
             joining.append(self.waiting.popleft())
-        if not joining:
-            return
-        t0 = time.perf_counter()
-        new = BatchCache.for_model(self.model, len(joining))
-        # The cache holds every history token but the last, which the next verify consumes.
-        hidden = prefill(
-            self.model,
-            new,
-            [r.history[:-1] for r in joining],
-            self.config.prefill_step_size,
-            want_hidden=self._needs_hidden,
-        )
-        self.cache.append(new)
-        if self.drafter is not None:
-            self.drafter.add_rows([r.history for r in joining], hidden)
-        self.rows.extend(joining)
-        stats.num_prefill_tokens = sum(r.prompt_len for r in joining)
-        stats.time_prefill_s = time.perf_counter() - t0
+        return joining
 
-    def _drop_finished(self) -> None:
+    def _drop_finished(self) -> list[RequestOutput]:
+        """Remove finished rows from the batch; returns the events they have not sent yet."""
         keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
         if len(keep) == len(self.rows):
-            return
+            return []
+        events = []
         for r in self.rows:
             if r.is_finished:
                 self._forget(r.request_id)
+                events.append(r.take_event())
         self.rows = [self.rows[i] for i in keep]
         self.cache.keep_rows(keep)
         if self.drafter is not None:
             self.drafter.keep_rows(keep)
+        return [e for e in events if e is not None]
 
     def _forget(self, request_id: str) -> None:
         with self._lock:

@@ -46,6 +46,32 @@ def forward_window_hidden(
     return target_hidden_and_logits(model, tokens, cache.layers)
 
 
+def prefill_chunk(
+    model: object,
+    cache: BatchCache,
+    sequences: Sequence[Sequence[int]],
+    start: int,
+    step_size: int,
+    want_hidden: bool = False,
+) -> mx.array | None:
+    """Append tokens [start, start + step_size) of each row's sequence to its cache.
+
+    With want_hidden, returns their pre-norm hidden states [B, W, H] (for MTP drafters).
+    """
+    windows = [s[start : start + step_size] for s in sequences]
+    tokens, valid = pad_windows(windows)
+    hidden = None
+    if want_hidden:
+        h, _ = forward_window_hidden(model, cache, tokens, valid)
+        hidden = h[:, : max(1, int(valid.max()))]
+    else:
+        forward_window(model, cache, tokens, valid)
+    cache.commit(valid)
+    # Evaluate now so each chunk's graph is freed before the next one.
+    mx.eval(cache.state_arrays(), [] if hidden is None else [hidden])
+    return hidden
+
+
 def prefill(
     model: object,
     cache: BatchCache,
@@ -53,24 +79,11 @@ def prefill(
     step_size: int,
     want_hidden: bool = False,
 ) -> mx.array | None:
-    """Append each row's `sequences[r]` to its cache, in chunks of at most step_size tokens.
-
-    With want_hidden, returns the pre-norm hidden states of every appended token,
-    [B, max_len, H] right-padded (for MTP drafters); else None.
-    """
+    """Append each row's whole sequence, chunk by chunk; hidden [B, max_len, H] if wanted."""
     longest = max((len(s) for s in sequences), default=0)
-    hidden = []
-    for start in range(0, longest, step_size):
-        windows = [s[start : start + step_size] for s in sequences]
-        tokens, valid = pad_windows(windows)
-        if want_hidden:
-            h, _ = forward_window_hidden(model, cache, tokens, valid)
-            hidden.append(h[:, : int(valid.max())])
-        else:
-            forward_window(model, cache, tokens, valid)
-        cache.commit(valid)
-        # Evaluate the cache now so each chunk's graph is freed before the next one.
-        mx.eval(cache.state_arrays(), hidden)
-    if not want_hidden or not hidden:
-        return None
-    return mx.concatenate(hidden, axis=1)
+    chunks = [
+        prefill_chunk(model, cache, sequences, start, step_size, want_hidden)
+        for start in range(0, longest, step_size)
+    ]
+    hidden = [h for h in chunks if h is not None]
+    return mx.concatenate(hidden, axis=1) if hidden else None

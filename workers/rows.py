@@ -26,6 +26,7 @@ class Row:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     error: str | None = None
+    finish_sent: bool = False  # the finished event went out
 
     @property
     def output(self) -> list[int]:
@@ -91,10 +92,11 @@ class Row:
         """The tokens not yet released (minus held ones), or None if there is nothing new."""
         end = self.num_generated - self._held()
         new = self.output[self.num_sent : end]
-        if not new and not self.is_finished:
+        if not new and (not self.is_finished or self.finish_sent):
             return None
         new_lp = self.logprobs[self.num_sent : end] if self.params.logprobs else None
         self.num_sent = max(self.num_sent, end)
+        self.finish_sent = self.is_finished
         return RequestOutput(
             request_id=self.request_id,
             new_tokens=list(new),

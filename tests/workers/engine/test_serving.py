@@ -61,6 +61,8 @@ def test_abort_leaves_other_rows_unchanged(models):
     for rid, evs in drain(engine).items():
         events.setdefault(rid, []).extend(evs)
     assert events["r1"][-1].finish_reason == "abort"
+    aborted = tokens_of(events["r1"])
+    assert aborted == alone[1].tokens[: len(aborted)] and len(aborted) < len(alone[1].tokens)
     assert engine.info().num_running == 0
     for i in (0, 2, 3):
         assert tokens_of(events[f"r{i}"]) == alone[i].tokens
@@ -171,3 +173,53 @@ def test_bad_engine_config_names_the_value(models):
     engine.add_request("x", [1], SamplingParams(max_tokens=2))
     with pytest.raises(ValueError, match="already running"):
         engine.add_request("x", [1], SamplingParams(max_tokens=2))
+
+
+def test_long_prompt_prefills_in_chunks_while_others_keep_decoding(models):
+    target, draft = models
+    engine = Engine(
+        target, drafter=ModelDrafter(draft), max_batch_size=8, prefill_step_size=8, max_context=256
+    )
+    short = mixed_prompts(2, seed=9)
+    long_prompt = mixed_prompts(1, seed=10, lengths=[60])[0]
+    sp = SamplingParams(max_tokens=30)
+    for i, p in enumerate(short):
+        engine.add_request(f"s{i}", p, sp)
+    got: dict[str, list[int]] = {}
+
+    def step() -> set[str]:
+        emitted = set()
+        for ev in engine.step():
+            got.setdefault(ev.request_id, []).extend(ev.new_tokens)
+            if ev.new_tokens:
+                emitted.add(ev.request_id)
+        return emitted
+
+    step()
+    engine.add_request("long", long_prompt, sp)
+    # 59 prompt tokens in chunks of 8: the running rows keep emitting during >= 7 steps.
+    steps_while_prefilling = 0
+    while "long" not in got:
+        emitted = step()
+        steps_while_prefilling += bool(emitted & {"s0", "s1"}) and "long" not in got
+    assert steps_while_prefilling >= 6
+    while engine.has_work():
+        step()
+    for rid, p in [("s0", short[0]), ("s1", short[1]), ("long", long_prompt)]:
+        assert got[rid] == reference_greedy(target, p, 30)[0], rid
+
+
+def test_abort_during_chunked_prefill_ends_the_request(models):
+    target, _ = models
+    engine = Engine(target, max_batch_size=8, prefill_step_size=4, max_context=256)
+    engine.add_request("run", [1, 2, 3], SamplingParams(max_tokens=40))
+    engine.step()
+    engine.add_request(
+        "long", mixed_prompts(1, seed=3, lengths=[40])[0], SamplingParams(max_tokens=5)
+    )
+    engine.step()
+    assert engine.info().num_waiting == 1  # still prefilling
+    engine.abort("long")
+    events = drain(engine)
+    assert events["long"][-1].finish_reason == "abort" and tokens_of(events["long"]) == []
+    assert events["run"][-1].finish_reason == "length"
