@@ -62,7 +62,8 @@ def build_qwen3(config: dict[str, Any]) -> qwen3.Model:
 
 
 def _fp16(module: nn.Module, prefix: str = "") -> dict[str, mx.array]:
-    return {prefix + k: v.astype(mx.float16) for k, v in tree_flatten(module.parameters())}
+    flat: list[tuple[str, mx.array]] = tree_flatten(module.parameters())  # type: ignore[assignment]
+    return {prefix + k: v.astype(mx.float16) for k, v in flat}
 
 
 def save_model_dir(

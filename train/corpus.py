@@ -90,6 +90,8 @@ def batches(stream: np.ndarray, batch_size: int, seq_len: int, seed: int) -> Ite
 
 
 def eval_windows(stream: np.ndarray, seq_len: int, max_windows: int) -> np.ndarray:
-    """Non-overlapping windows [N, seq_len + 1] from the start of `stream` (deterministic)."""
-    n = min(max_windows, (len(stream) - 1) // seq_len)
-    return np.stack([stream[i * seq_len : i * seq_len + seq_len + 1] for i in range(n)])
+    """Windows [N, seq_len + 1] evenly spaced over `stream` (deterministic, non-overlapping)."""
+    fit = (len(stream) - 1) // seq_len
+    n = min(max_windows, fit)
+    starts = [(i * fit // n) * seq_len for i in range(n)]
+    return np.stack([stream[s : s + seq_len + 1] for s in starts])

@@ -35,8 +35,8 @@ DEPTH = 4
 
 
 def load_all(model_dir: Path) -> tuple[Any, Any, MTPHead, Any]:
-    target, tok = mlx_lm.load(str(model_dir / "target"))
-    draft, _ = mlx_lm.load(str(model_dir / "draft"))
+    target, tok = mlx_lm.load(str(model_dir / "target"))[:2]
+    draft = mlx_lm.load(str(model_dir / "draft"))[0]
     mtp = load_mtp_head(model_dir / "target")
     for m in (target, draft, mtp):
         m.set_dtype(mx.float32)  # CPU eval in fp32; weights ship as fp16
@@ -82,7 +82,7 @@ def greedy_continuations(target: Any, prompts: list[list[int]], n_new: int) -> l
         logits = target(mx.array([p]), cache=cache)
         seq = list(p)
         for _ in range(n_new):
-            nxt = int(mx.argmax(logits[0, -1]).item())
+            nxt = int(mx.argmax(logits[0, -1]).item())  # type: ignore[arg-type]
             seq.append(nxt)
             logits = target(mx.array([[nxt]]), cache=cache)
         out.append(seq)
@@ -110,7 +110,9 @@ def evaluate(model_dir: Path, seq_len: int, max_windows: int, n_prompts: int) ->
     target, draft, mtp, tok = load_all(model_dir)
     _, heldout = corpus.split(corpus.list_sources())
     bpe = Tokenizer.from_file(str(model_dir / "target" / "tokenizer.json"))
-    stream = corpus.encode_stream(bpe, heldout, eos_id=bpe.token_to_id(corpus.EOS))
+    eos = bpe.token_to_id(corpus.EOS)
+    assert eos is not None, "tokenizer.json lacks the EOS token"
+    stream = corpus.encode_stream(bpe, heldout, eos_id=eos)
     windows = corpus.eval_windows(stream, seq_len, max_windows)
     parts = [
         score_windows(target, draft, mtp, windows[i : i + 8]) for i in range(0, len(windows), 8)

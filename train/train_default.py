@@ -69,7 +69,7 @@ class TrainConfig:
             raise ValueError(f"mtp_depth must be in 1..4, got {self.mtp_depth}")
 
 
-def schedule(lr: float, steps: int) -> optim.Schedule:
+def schedule(lr: float, steps: int) -> Callable[[mx.array], mx.array]:
     warm = max(1, min(50, steps // 10))
     return optim.join_schedules(
         [
@@ -110,7 +110,7 @@ def fit(
     for i in range(steps):
         loss = step(mx.array(next(data)))
         mx.eval(state, loss)
-        losses.append(loss.item())
+        losses.append(float(loss.item()))  # type: ignore[arg-type]
         if i % 25 == 0 or i == steps - 1:
             avg = float(np.mean(losses[-25:]))
             log(f"{name} step {i + 1}/{steps} loss {avg:.3f} ({time.time() - t0:.0f}s)")
@@ -125,6 +125,7 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
     log(f"python {corpus.python_version()}: {len(train_files)} train / {len(heldout)} held-out")
     tok = artifacts.train_tokenizer([f.text for f in train_files], cfg.vocab_size)
     eos = tok.token_to_id(corpus.EOS)
+    assert eos is not None, "the BPE trainer always adds the EOS special token"
     stream = corpus.encode_stream(tok, train_files, eos)
     log(f"tokenizer: vocab {tok.get_vocab_size()}, {len(stream)} train tokens")
 

@@ -79,6 +79,10 @@ def _qwen35() -> qwen3_5.Model:
     return m
 
 
+def _flat(module: Any) -> dict[str, mx.array]:
+    return dict(tree_flatten(module.parameters()))  # type: ignore[arg-type]
+
+
 def _head(cfg: dict[str, Any], seed: int = 3) -> MTPHead:
     mx.random.seed(seed)
     head = MTPHead(MTPArgs.from_target_config(cfg))
@@ -149,8 +153,8 @@ def _write_checkpoint(
     """Write a Qwen3.5-layout checkpoint: `mtp.*` inside model shards (HF) or a separate file."""
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
-    backbone = dict(tree_flatten(target.parameters()))
-    mtp = {"mtp." + k: v for k, v in tree_flatten(head.parameters())}
+    backbone = _flat(target)
+    mtp = {"mtp." + k: v for k, v in _flat(head).items()}
     if layout == "hf_sharded":
         mx.save_safetensors(str(d / "model-00001-of-00002.safetensors"), backbone)
         mx.save_safetensors(str(d / "model-00002-of-00002.safetensors"), mtp)
@@ -170,7 +174,7 @@ def test_loader_reads_qwen35_layout(tmp_path: Path, layout: str) -> None:
     target, head = _qwen3(), _head(QWEN3_CFG, seed=7)
     written = _write_checkpoint(tmp_path, QWEN3_CFG, target, head, layout)
     loaded = load_mtp_head(tmp_path)
-    got = {"mtp." + k: v for k, v in tree_flatten(loaded.parameters())}
+    got = {"mtp." + k: v for k, v in _flat(loaded).items()}
     assert set(got) == set(written)
     for k, v in written.items():
         assert mx.array_equal(got[k], v).item(), k
@@ -181,11 +185,18 @@ def test_loader_reads_qwen35_layout(tmp_path: Path, layout: str) -> None:
 def test_loader_shifts_gemma_style_norms_for_qwen35(tmp_path: Path) -> None:
     target, head = _qwen35(), _head(QWEN35_CFG, seed=8)
     written = _write_checkpoint(tmp_path, QWEN35_CFG, target, head, "hf_single")
-    loaded = dict(tree_flatten(load_mtp_head(tmp_path).parameters()))
+    loaded = _flat(load_mtp_head(tmp_path))
     assert loaded["layers.0.self_attn.q_proj.weight"].shape[0] == 2 * 4 * 16  # gated attention
     for k in ("pre_fc_norm_hidden.weight", "norm.weight", "layers.0.self_attn.q_norm.weight"):
         assert mx.allclose(loaded[k], written["mtp." + k] + 1.0).item(), k
     assert mx.array_equal(loaded["fc.weight"], written["mtp.fc.weight"]).item()
+    # The hybrid target's MTP layer is full (gated) attention and runs on an mlx-lm KV cache.
+    head35 = load_mtp_head(tmp_path)
+    h, _ = target_hidden_and_logits(target, mx.array([[1, 2, 3, 4, 5]]))
+    cache = head35.make_cache()
+    out = head35(h[:, :4], embed(target, mx.array([[2, 3, 4, 5]])), cache=cache[0])
+    assert out.shape == (1, 4, 64) and cache[0].offset == 4
+    assert lm_head(target, out).shape == (1, 4, 97)
 
 
 def test_loader_names_missing_tensor(tmp_path: Path) -> None:
@@ -200,7 +211,7 @@ def test_loader_names_missing_tensor(tmp_path: Path) -> None:
 def test_loader_names_misshaped_tensor(tmp_path: Path) -> None:
     target, head = _qwen3(), _head(QWEN3_CFG)
     written = _write_checkpoint(tmp_path, QWEN3_CFG, target, head, "hf_single")
-    written = dict(tree_flatten(target.parameters())) | written
+    written = _flat(target) | written
     written["mtp.fc.weight"] = mx.zeros((64, 64))  # should be [H, 2H]
     mx.save_safetensors(str(tmp_path / "model.safetensors"), written)
     with pytest.raises(

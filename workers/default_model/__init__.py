@@ -32,8 +32,8 @@ def load_default(dtype: Any | None = None) -> tuple[Any, Any, Any, Any]:
         )
     if dtype is None:
         dtype = mx.float32 if mx.default_device() == mx.cpu else mx.float16
-    target, tokenizer = mlx_lm.load(str(TARGET_DIR))
-    draft, _ = mlx_lm.load(str(DRAFT_DIR))
+    target, tokenizer = mlx_lm.load(str(TARGET_DIR))[:2]
+    draft = mlx_lm.load(str(DRAFT_DIR))[0]
     mtp = load_mtp_head(TARGET_DIR)
     for m in (target, draft, mtp):
         m.set_dtype(dtype)

@@ -82,7 +82,8 @@ def load_mtp_head(
     config = target_config if target_config is not None else read_config(model_dir)
     args = MTPArgs.from_target_config(config)
     head = MTPHead(args)
-    expected = {k: v.shape for k, v in tree_flatten(head.parameters())}
+    flat: list[tuple[str, mx.array]] = tree_flatten(head.parameters())  # type: ignore[assignment]
+    expected = {k: v.shape for k, v in flat}
     weights = read_mtp_weights(model_dir)
     if not weights:
         raise ValueError(
