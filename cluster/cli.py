@@ -176,6 +176,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     n = args.workers if args.workers is not None else (2 if local else None)
     if local:
         ray.init(
+            address="local",  # always a fresh local instance, never a stray running cluster
             num_cpus=max(os.cpu_count() or 2, (n or 2) + 1),
             resources={WORKER_RESOURCE: n or 2},
             namespace="specfleet",

@@ -224,9 +224,9 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
         max_restarts=0,
         max_concurrency=1000,
     )
-    scheduler = actor_cls.remote(spec.actor)
+    scheduler: Any = actor_cls.remote(spec.actor)
     addresses = ray.get(scheduler.start.remote([(f"worker-{i}", w) for i, w in enumerate(workers)]))
-    connected = ray.get(scheduler.wait_connected.remote(n, connect_timeout_s))
+    connected: int = ray.get(scheduler.wait_connected.remote(n, connect_timeout_s))
     if connected < n:
         raise RuntimeError(f"only {connected} of {n} workers came up within {connect_timeout_s}s")
     addresses = ray.get(scheduler.addresses.remote())
@@ -237,5 +237,5 @@ def gateway_address(name: str = SCHEDULER_NAME, namespace: str = NAMESPACE) -> s
     """The gateway address of a running scheduler actor (for Client.from_ray)."""
     if not ray.is_initialized():
         ray.init(address="auto", namespace=namespace)
-    actor = ray.get_actor(name, namespace=namespace)
+    actor: Any = ray.get_actor(name, namespace=namespace)
     return str(ray.get(actor.addresses.remote())["gateway"])

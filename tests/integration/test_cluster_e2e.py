@@ -29,6 +29,7 @@ from cluster.client import QueueFullError, SpecfleetError  # noqa: E402
 from cluster.policy import PolicyConfig  # noqa: E402
 from cluster.ray_actor import ClusterSpec, SchedulerActorConfig, start_cluster  # noqa: E402
 from cluster.scheduler import SchedulerConfig  # noqa: E402
+from tests.integration.tiny_ckpt import write_tiny_checkpoints  # noqa: E402
 from workers.service.engine_spec import EngineSpec  # noqa: E402
 from workers.service.grpc_server import WorkerServerConfig  # noqa: E402
 from workers.types import SamplingParams  # noqa: E402
@@ -50,18 +51,8 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):
-    from tests.tiny import make_tiny_tokenizer, perturbed, save_tiny_checkpoint, tiny_model
-
     d = tmp_path_factory.mktemp("fleet")
-    tok = make_tiny_tokenizer()
-    target = tiny_model("llama", seed=0)
-    save_tiny_checkpoint(target, tok, d / "target")
-    save_tiny_checkpoint(perturbed(target, scale=0.1, seed=1), tok, d / "draft")
-    for sub in ("target", "draft"):  # transformers' config check wants an int context length
-        cfg_path = d / sub / "config.json"
-        cfg = {k: v for k, v in json.loads(cfg_path.read_text()).items() if v is not None}
-        cfg["max_position_embeddings"] = 4096
-        cfg_path.write_text(json.dumps(cfg))
+    write_tiny_checkpoints(d)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(2):
         cluster.add_node(num_cpus=1, resources={"specfleet_worker": 1})
