@@ -50,6 +50,12 @@ def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
     g.add_argument("--summary-json", help="also write the summary as JSON here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--max-retries",
+        type=int,
+        default=8,
+        help="retries per request on a full queue or no worker",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def client_backend(client: Any, retries: int = 50) -> Any:
+def client_backend(client: Any, retries: int = 8) -> Any:
     """Batch-job backend over the Python client. The request id is a hash of the custom_id and
     body, so a resumed job re-attaches to requests the cluster still holds instead of rerunning."""
     from cluster.client import InvalidRequestError, QueueFullError, Unavailable
@@ -99,7 +105,7 @@ def client_backend(client: Any, retries: int = 50) -> Any:
         prompt = parsed.messages if parsed.is_chat else parsed.prompt
         key = json.dumps([custom_id, prompt, repr(parsed.params)], sort_keys=True)
         rid = "batch-" + hashlib.sha256(key.encode()).hexdigest()[:32]
-        for attempt in range(retries):
+        for attempt in range(retries + 1):
             try:
                 res = client.generate(
                     prompt, params=parsed.params, priority=parsed.priority, request_id=rid
@@ -108,7 +114,7 @@ def client_backend(client: Any, retries: int = 50) -> Any:
             except InvalidRequestError as e:
                 raise BodyError(e.message) from None
             except (QueueFullError, Unavailable):
-                if attempt == retries - 1:
+                if attempt == retries:
                     raise
                 time.sleep(min(0.05 * 2**attempt, 2.0))
         return GenerationResult(
@@ -147,7 +153,8 @@ def _batch(address: str, args: argparse.Namespace, input_path: str) -> int:
     )
     with _client(address, args) as client:
         summary_json = Path(args.summary_json) if args.summary_json else None
-        return main_with_backend(config, client_backend(client), summary_json)
+        backend = client_backend(client, args.max_retries)
+        return main_with_backend(config, backend, summary_json)
 
 
 def cmd_batch(args: argparse.Namespace) -> int:

@@ -178,3 +178,38 @@ def test_auth_health_reflection(tmp_path: Path) -> None:
         ch.close()
     finally:
         r.close()
+
+
+def test_cancel_and_disconnect_free_the_request(running: Running) -> None:
+    sched = running.h.sched
+    with Client(running.gw.address) as c:
+        got: list = []
+        err: list = []
+
+        def consume() -> None:
+            try:
+                for d in c.stream([8, 8], max_tokens=1500, request_id="long-1"):
+                    got.append(d)
+            except SpecfleetError as e:
+                err.append(e)
+
+        t = threading.Thread(target=consume)
+        t.start()
+        for _ in range(500):
+            if got:
+                break
+            threading.Event().wait(0.01)
+        assert c.cancel("long-1", "unknown-id") == ["long-1"]
+        t.join(10)
+        assert err and err[0].code == "CANCELLED"
+        # A client that goes away mid-stream: its request is cancelled, the rows freed.
+        it = c.stream([7, 7], max_tokens=1500, request_id="long-2")
+        next(it)
+        it.close()  # cancels the call
+        for _ in range(500):
+            if "long-2" not in sched.live:
+                break
+            threading.Event().wait(0.01)
+        assert "long-2" not in sched.live
+        assert sched.finished["long-2"].final.error_code == "CANCELLED"
+        assert all(not s.inflight for s in sched.workers.values())

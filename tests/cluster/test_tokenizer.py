@@ -87,3 +87,27 @@ def test_cluster_package_never_imports_mlx() -> None:
     root = Path(__file__).resolve().parents[2]
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_incremental_on_real_bpe_vocabulary() -> None:
+    """The embedded default model's byte-level BPE (merges, multi-byte pieces): random token
+    streams in random chunk sizes still concatenate to the full decode."""
+    root = Path(__file__).resolve().parents[2]
+    path = root / "workers" / "default_model" / "target"
+    if not (path / "tokenizer.json").exists():
+        pytest.skip("embedded default model not present")
+    tok = TextTokenizer(path)
+    rng = random.Random(1)
+    n = tok.vocab_size
+    for _ in range(30):
+        ids = [rng.randrange(n) for _ in range(rng.randint(1, 60))]
+        d = tok.detokenizer()
+        out, i = [], 0
+        while i < len(ids):
+            k = rng.randint(1, 5)
+            out.append(d.push(ids[i : i + k]))
+            i += k
+        out.append(d.flush())
+        assert "".join(out) == tok.decode(ids)
+    text = "def f(x):\n    return x  # ünïcode ✓\n"
+    assert tok.decode(tok.encode(text)) == text
