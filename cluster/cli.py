@@ -41,6 +41,12 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-ca", help="CA PEM to trust (enables TLS)")
     g.add_argument("--tls-cert", help="client certificate PEM (mTLS)")
     g.add_argument("--tls-key", help="client key PEM (mTLS)")
+    g.add_argument(
+        "--retry-timeout-s",
+        type=float,
+        default=60.0,
+        help="keep retrying a request while the gateway is unavailable (default 60)",
+    )
 
 
 def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -140,6 +146,7 @@ def _client(address: str, args: argparse.Namespace) -> Any:
         tls_ca_file=args.tls_ca,
         tls_cert_file=args.tls_cert,
         tls_key_file=args.tls_key,
+        retry_timeout_s=args.retry_timeout_s,
     )
 
 
@@ -171,7 +178,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     from cluster.gateway_server import GatewayConfig
     from cluster.policy import PolicyConfig
-    from cluster.ray_actor import ClusterSpec, SchedulerActorConfig, start_cluster
+    from cluster.ray_actor import ClusterSpec, start_cluster
+    from cluster.runtime import RuntimeConfig
     from cluster.scheduler import SchedulerConfig
     from cluster.worker_rpc import LinkConfig
     from workers.service.engine_spec import EngineSpec
@@ -210,7 +218,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             auth_token=token,
             tls=tls,
         ),
-        actor=SchedulerActorConfig(
+        actor=RuntimeConfig(
             scheduler=SchedulerConfig(
                 PolicyConfig(max_queue=args.max_queue, coalesce_window_s=args.coalesce_ms / 1000)
             ),

@@ -7,11 +7,18 @@
     outs = client.generate_batch(["a", "b"], max_tokens=8)
 
 Errors arrive as `SpecfleetError` (subclasses per status) carrying the server's message.
+
+Retries: UNAVAILABLE (gateway down, e.g. while Ray restarts the scheduler) is retried for up to
+`retry_timeout_s` with the same request id, which makes the retry idempotent. A stream that
+already delivered tokens resumes only for deterministic requests (greedy, or seeded sampling):
+the re-run produces the same tokens, and the ones already delivered are skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +105,9 @@ class Client:
         tls_cert_file: str | None = None,
         tls_key_file: str | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
+        retry_timeout_s: float = 60.0,
     ) -> None:
+        self.retry_timeout_s = retry_timeout_s
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -129,24 +138,61 @@ class Client:
         self.close()
 
     # -- calls --------------------------------------------------------------------------------
-    def generate(self, prompt: Prompt, *, timeout: float | None = None, **kw: Any):
+    def generate(
+        self, prompt: Prompt, *, timeout: float | None = None, **kw: Any
+    ) -> CompletionResult:
         msg = self._request(prompt, kw)
-        try:
-            res = self._stub.Submit(msg, metadata=self._md, timeout=timeout)
-        except grpc.RpcError as e:
-            raise _from_rpc(e) from None
+        res = self._retrying(lambda: self._stub.Submit(msg, metadata=self._md, timeout=timeout))
         return _result(res)
 
     def stream(self, prompt: Prompt, *, timeout: float | None = None, **kw: Any) -> Iterator[Delta]:
         msg = self._request(prompt, kw)
-        call = self._stub.Generate(msg, metadata=self._md, timeout=timeout)
-        try:
-            for ev in call:
-                yield codec.event_from_pb(ev)
-        except grpc.RpcError as e:
-            raise _from_rpc(e) from None
-        finally:
-            call.cancel()
+        deterministic = (
+            not msg.sampling.HasField("temperature")
+            or msg.sampling.temperature == 0
+            or msg.sampling.HasField("seed")
+        )
+        got_tokens, got_chars = 0, 0
+        give_up = time.monotonic() + self.retry_timeout_s
+        delay = 0.25
+        while True:
+            skip_tokens, skip_chars = got_tokens, got_chars  # already delivered: drop on replay
+            call = self._stub.Generate(msg, metadata=self._md, timeout=timeout)
+            try:
+                for ev in call:
+                    d = codec.event_from_pb(ev)
+                    if skip_tokens or skip_chars:
+                        n, c = min(skip_tokens, len(d.tokens)), min(skip_chars, len(d.text))
+                        skip_tokens, skip_chars = skip_tokens - n, skip_chars - c
+                        d.tokens, d.text = d.tokens[n:], d.text[c:]
+                        if not (d.tokens or d.text or d.finished):
+                            continue
+                    got_tokens += len(d.tokens)
+                    got_chars += len(d.text)
+                    yield d
+                return
+            except grpc.RpcError as e:
+                err = _from_rpc(e)
+                resumable = got_tokens == 0 or deterministic
+                if err.code != "UNAVAILABLE" or not resumable or time.monotonic() > give_up:
+                    raise err from None
+            finally:
+                call.cancel()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _retrying(self, fn: Callable[[], Any]) -> Any:
+        give_up = time.monotonic() + self.retry_timeout_s
+        delay = 0.25
+        while True:
+            try:
+                return fn()
+            except grpc.RpcError as e:
+                err = _from_rpc(e)
+                if err.code != "UNAVAILABLE" or time.monotonic() > give_up:
+                    raise err from None
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def generate_batch(
         self,
@@ -158,10 +204,9 @@ class Client:
     ) -> list[CompletionResult | SpecfleetError]:
         """All prompts in one call; per-item errors raise (or are returned in place)."""
         req = pb.SubmitBatchRequest(requests=[self._request(p, dict(kw)) for p in prompts])
-        try:
-            resp = self._stub.SubmitBatch(req, metadata=self._md, timeout=timeout)
-        except grpc.RpcError as e:
-            raise _from_rpc(e) from None
+        resp = self._retrying(
+            lambda: self._stub.SubmitBatch(req, metadata=self._md, timeout=timeout)
+        )
         out: list[CompletionResult | SpecfleetError] = []
         for item in resp.items:
             if item.HasField("error"):
@@ -189,6 +234,9 @@ class Client:
             raise _from_rpc(e) from None
 
     def _request(self, prompt: Prompt, kw: dict[str, Any]) -> pb.GenerateRequest:
+        # Always send an id: it is what makes a retry attach instead of running twice.
+        kw.setdefault("request_id", None)
+        kw["request_id"] = kw["request_id"] or f"req-{uuid.uuid4().hex}"
         try:
             inp = make_input(prompt, **kw)
             return codec.request_to_pb(inp)

@@ -43,6 +43,8 @@ def test_batch_against_missing_gateway_fails_per_request(tmp_path: Path) -> None
             "--gateway",
             "127.0.0.1:1",
             "--no-progress",
+            "--retry-timeout-s",
+            "0.3",
             "--max-retries",
             "1",
         ]

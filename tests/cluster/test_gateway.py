@@ -213,3 +213,24 @@ def test_cancel_and_disconnect_free_the_request(running: Running) -> None:
         assert "long-2" not in sched.live
         assert sched.finished["long-2"].final.error_code == "CANCELLED"
         assert all(not s.inflight for s in sched.workers.values())
+
+
+def test_client_resumes_stream_across_gateway_restart(running: Running) -> None:
+    """The gateway goes away mid-stream (as when Ray restarts the scheduler) and comes back on
+    the same port: the client retries with the same id and skips what it already delivered."""
+    port = running.gw.port
+    added_before = sum(e.num_added for e in running.h.engines)
+    with Client(running.gw.address, retry_timeout_s=30) as c:
+        it = c.stream([3, 1, 4], max_tokens=300, request_id="resume-me")
+        first = [next(it) for _ in range(3)]
+        running.call(running.gw.stop(0))
+
+        async def restart() -> GatewayServer:
+            return await GatewayServer(running.h.sched, GatewayConfig(port=port)).start()
+
+        threading.Timer(0.5, lambda: setattr(running, "gw", running.call(restart()))).start()
+        rest = list(it)
+    tokens = sum((d.tokens for d in first + rest), [])
+    assert tokens == reference([3, 1, 4], 300), "each token exactly once across the restart"
+    assert rest[-1].finished and rest[-1].finish_reason == "length"
+    assert sum(e.num_added for e in running.h.engines) == added_before + 2, "it really re-ran"

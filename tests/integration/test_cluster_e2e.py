@@ -27,7 +27,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from cluster import Client  # noqa: E402
 from cluster.client import QueueFullError, SpecfleetError  # noqa: E402
 from cluster.policy import PolicyConfig  # noqa: E402
-from cluster.ray_actor import ClusterSpec, SchedulerActorConfig, start_cluster  # noqa: E402
+from cluster.ray_actor import ClusterSpec, start_cluster  # noqa: E402
+from cluster.runtime import RuntimeConfig  # noqa: E402
 from cluster.scheduler import SchedulerConfig  # noqa: E402
 from tests.integration.tiny_ckpt import write_tiny_checkpoints  # noqa: E402
 from workers.service.engine_spec import EngineSpec  # noqa: E402
@@ -68,7 +69,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     spec = ClusterSpec(
         engine=engine,
         worker=WorkerServerConfig(host="127.0.0.1", metrics_port=0, model_name="tiny"),
-        actor=SchedulerActorConfig(
+        actor=RuntimeConfig(
             scheduler=SchedulerConfig(PolicyConfig(max_queue=MAX_QUEUE)),
             tokenizer_path=str(d / "target"),
             metrics_port=0,
@@ -296,3 +297,35 @@ def test_offline_batch_kill_and_resume_against_cluster(fleet, tmp_path: Path) ->
     assert by["bad"]["response"]["status_code"] == 400 and "top_p" in by["bad"]["error"]["message"]
     errors = [json.loads(x) for x in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
     assert len(errors) == 2 and any("not valid JSON" in e["error"]["message"] for e in errors)
+
+
+def test_scheduler_actor_killed_clients_resume_exactly_once(fleet) -> None:
+    """Ray restarts the scheduler actor (same node, same gateway port); greedy streams retry
+    with their request ids and skip what they already delivered."""
+    running = fleet["cluster"]
+    addrs = ray.get(running.scheduler.addresses.remote(), timeout=60)
+    ps = mixed_prompts(12, seed=4)
+    want = reference(fleet, ps, 60)
+    results: dict[int, list[int]] = {}
+    first_seen = threading.Event()
+    with Client(addrs["gateway"], retry_timeout_s=120) as c:
+
+        def one(i: int) -> None:
+            toks = []
+            for d in c.stream(ps[i], max_tokens=60, request_id=f"sched-kill-{i}"):
+                toks += d.tokens
+                if toks:
+                    first_seen.set()
+            results[i] = toks
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(ps))]
+        for t in threads:
+            t.start()
+        assert first_seen.wait(60)
+        os.kill(addrs["pid"], signal.SIGKILL)
+        for t in threads:
+            t.join(300)
+        assert [results.get(i) for i in range(len(ps))] == want
+        after = ray.get(running.scheduler.addresses.remote(), timeout=120)
+        assert after["pid"] != addrs["pid"] and after["gateway"] == addrs["gateway"]
+        assert c.generate(ps[0], max_tokens=60).tokens == want[0]

@@ -1,0 +1,158 @@
+"""The scheduler process's contents, without Ray: scheduler loop, one gRPC link per worker,
+gateway server and metrics endpoint, all on one asyncio loop owned by a background thread.
+
+The Ray actor (cluster/ray_actor.py) wraps one of these; tests and single-machine tools can use
+it directly. Workers are given as (worker_id, locate) pairs where `locate()` returns the
+worker's current addresses ({"grpc": "host:port", "metrics": "host:port" | None, ...}), so a
+worker restarted elsewhere (new port) is found again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cluster.gateway_server import GatewayConfig, GatewayServer
+from cluster.metrics import SchedulerMetrics
+from cluster.scheduler import Scheduler, SchedulerConfig
+from cluster.tokenizer import TextTokenizer
+from cluster.worker_rpc import GrpcWorkerLink, LinkConfig
+
+T = TypeVar("T")
+Locate = Callable[[], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+    tokenizer_path: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = 0  # None: no scheduler metrics endpoint
+    prometheus_targets_dir: str | None = None  # file_sd targets kept current (deploy/README)
+    model_name: str = ""  # the workers' `model` metrics label, for the targets file
+
+
+class SchedulerRuntime:
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.config = config
+        tok = TextTokenizer(config.tokenizer_path) if config.tokenizer_path else None
+        self.metrics = SchedulerMetrics()
+        self.metrics_url = ""
+        self.sched = Scheduler(config.scheduler, tok, self.metrics)
+        self.gateway: GatewayServer | None = None
+        self.links: dict[str, GrpcWorkerLink] = {}
+        self.worker_meta: dict[str, dict[str, Any]] = {}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="specfleet-scheduler", daemon=True
+        )
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
+        """Run a coroutine on the runtime's loop from any other thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    # -- on the loop ----------------------------------------------------------------------
+    async def start(self, workers: list[tuple[str, Locate]]) -> dict[str, Any]:
+        cfg = self.config
+        self.sched.start()
+        if cfg.metrics_port is not None:
+            port = self.metrics.serve(cfg.metrics_port, cfg.metrics_host)
+            self.metrics_url = f"http://{cfg.metrics_host}:{port}/metrics"
+        await self.add_workers(workers)
+        self.gateway = await GatewayServer(
+            self.sched, cfg.gateway, lambda: {"metrics_url": self.metrics_url}
+        ).start()
+        self._write_targets()
+        return await self.addresses()
+
+    async def add_workers(self, workers: list[tuple[str, Locate]]) -> None:
+        for worker_id, locate in workers:
+            link = GrpcWorkerLink(
+                worker_id, self._resolver(worker_id, locate), self.sched, self.config.link
+            )
+            self.sched.add_worker(link)
+            self.links[worker_id] = link
+            link.start()
+
+    def _resolver(self, worker_id: str, locate: Locate) -> Callable[[], Awaitable[str]]:
+        async def resolve() -> str:
+            addrs = await locate()
+            self.worker_meta[worker_id] = addrs
+            slot = self.sched.workers[worker_id]
+            slot.metrics_url = f"http://{addrs['metrics']}/metrics" if addrs.get("metrics") else ""
+            self._write_targets()
+            return str(addrs["grpc"])
+
+        return resolve
+
+    async def wait_connected(self, n: int, timeout: float = 300.0) -> int:
+        """Wait until n workers have live sessions; returns how many do."""
+        end = self.loop.time() + timeout
+        while self.loop.time() < end and self.num_connected() < n:
+            await asyncio.sleep(0.05)
+        return self.num_connected()
+
+    def num_connected(self) -> int:
+        return sum(s.connected for s in self.sched.workers.values())
+
+    async def addresses(self) -> dict[str, Any]:
+        assert self.gateway is not None
+        return {
+            "gateway": self.gateway.address,
+            "metrics": self.metrics_url,
+            "pid": os.getpid(),
+            "workers": {
+                wid: {
+                    "grpc": s.address,
+                    "metrics": s.metrics_url,
+                    "connected": s.connected,
+                    "connections": s.connections,
+                }
+                for wid, s in self.sched.workers.items()
+            },
+        }
+
+    async def stop(self) -> None:
+        if self.gateway is not None:
+            await self.gateway.stop(grace=1.0)
+        for link in self.links.values():
+            await link.stop()
+        await self.sched.stop()
+
+    def close(self) -> None:
+        """Stop everything and the loop thread (from another thread)."""
+        try:
+            self.call(self.stop(), timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+
+    def _write_targets(self) -> None:
+        d = self.config.prometheus_targets_dir
+        if not d:
+            return
+        path = Path(d)
+        path.mkdir(parents=True, exist_ok=True)
+        groups = [
+            {
+                "targets": [meta["metrics"]],
+                "labels": {"worker": meta.get("worker_id", wid), "model": self.config.model_name},
+            }
+            for wid, meta in sorted(self.worker_meta.items())
+            if meta.get("metrics")
+        ]
+        host_port = self.metrics_url.split("//")[-1].split("/")[0]
+        sched = [{"targets": [host_port]}] if self.metrics_url else []
+        for name, data in (("workers.json", groups), ("scheduler.json", sched)):
+            tmp = path / (name + ".tmp")
+            tmp.write_text(json.dumps(data, indent=1) + "\n")
+            os.replace(tmp, path / name)  # Prometheus never reads half a file
