@@ -21,8 +21,18 @@ pytestmark = pytest.mark.timeout(90)
 
 
 class Harness:
-    def __init__(self, n: int = 2, max_queue: int = 4096, step_delay_s: float = 0.002, token=None):
+    def __init__(
+        self,
+        n: int = 2,
+        max_queue: int = 4096,
+        step_delay_s: float = 0.002,
+        token=None,
+        worker_tls=None,
+        link: LinkConfig | None = None,
+    ):
         self.n, self.step_delay_s, self.token = n, step_delay_s, token
+        self.worker_tls = worker_tls
+        self.link = link or LinkConfig(auth_token=token, reconnect_s=0.05)
         self.engines: list[FakeEngine] = []
         self.servers: list[WorkerServer | None] = []
         self.sched = Scheduler(SchedulerConfig(PolicyConfig(max_queue=max_queue)))
@@ -30,7 +40,9 @@ class Harness:
 
     def start_server(self, i: int) -> WorkerServer:
         eng = FakeEngine(step_delay_s=self.step_delay_s)
-        cfg = WorkerServerConfig(metrics_port=None, worker_id=f"w{i}", auth_token=self.token)
+        cfg = WorkerServerConfig(
+            metrics_port=None, worker_id=f"w{i}", auth_token=self.token, tls=self.worker_tls
+        )
         server = WorkerServer(lambda: eng, cfg).start(wait_ready=True, timeout=10)
         if i < len(self.servers):
             self.servers[i], self.engines[i] = server, eng
@@ -48,7 +60,7 @@ class Harness:
                 f"w{i}",
                 self._resolver(i),
                 self.sched,
-                LinkConfig(auth_token=self.token, reconnect_s=0.05),
+                self.link,
             )
             self.sched.add_worker(link)
             link.start()
