@@ -8,8 +8,11 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -171,6 +174,69 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         return resp
 
 
+def _parse(cls: Any, raw: bytes) -> Any:
+    """Strict request parsing: malformed protobuf is INVALID_ARGUMENT (gRPC's own
+    deserializer would answer INTERNAL), and so are fields this schema does not know."""
+    try:
+        msg = cls.FromString(raw)
+    except DecodeError as e:
+        raise SchedulerError(
+            "INVALID_ARGUMENT", f"{cls.__name__}: malformed protobuf: {e}"
+        ) from None
+    unknown = UnknownFieldSet(msg)
+    if len(unknown):
+        nums = sorted({f.field_number for f in unknown})
+        raise SchedulerError(
+            "INVALID_ARGUMENT", f"{cls.__name__}: unknown field number(s) {nums} (schema v1)"
+        )
+    return msg
+
+
+def _handlers(servicer: GatewayServicer) -> grpc.GenericRpcHandler:
+    def unary(cls: Any, fn: Any, resp: Any) -> grpc.RpcMethodHandler:
+        async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                msg = _parse(cls, raw)
+            except SchedulerError as e:
+                await context.abort(_status(e.code), e.message)
+            return await fn(msg, context)
+
+        return grpc.unary_unary_rpc_method_handler(handle, response_serializer=resp)
+
+    async def generate(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            msg = _parse(pb.GenerateRequest, raw)
+        except SchedulerError as e:
+            await context.abort(_status(e.code), e.message)
+        async for ev in servicer.Generate(msg, context):
+            yield ev
+
+    ser = {
+        name: getattr(pb, name).SerializeToString
+        for name in (
+            "GenerateEvent",
+            "GenerateResult",
+            "SubmitBatchResponse",
+            "CancelResponse",
+            "ClusterInfoResponse",
+        )
+    }
+    handlers = {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            generate, response_serializer=ser["GenerateEvent"]
+        ),
+        "Submit": unary(pb.GenerateRequest, servicer.Submit, ser["GenerateResult"]),
+        "SubmitBatch": unary(
+            pb.SubmitBatchRequest, servicer.SubmitBatch, ser["SubmitBatchResponse"]
+        ),
+        "Cancel": unary(pb.CancelRequest, servicer.Cancel, ser["CancelResponse"]),
+        "ClusterInfo": unary(
+            pb.ClusterInfoRequest, servicer.ClusterInfo, ser["ClusterInfoResponse"]
+        ),
+    }
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+
 class GatewayServer:
     def __init__(
         self,
@@ -199,8 +265,8 @@ class GatewayServer:
                 ("grpc.max_send_message_length", cfg.max_send_message_bytes),
             ],
         )
-        pb_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.scheduler, self.info_extra), server
+        server.add_generic_rpc_handlers(
+            (_handlers(GatewayServicer(self.scheduler, self.info_extra)),)
         )
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -234,3 +234,52 @@ def test_client_resumes_stream_across_gateway_restart(running: Running) -> None:
     assert tokens == reference([3, 1, 4], 300), "each token exactly once across the restart"
     assert rest[-1].finished and rest[-1].finish_reason == "length"
     assert sum(e.num_added for e in running.h.engines) == added_before + 2, "it really re-ran"
+
+
+def test_fuzz_raw_bytes_get_proper_statuses(running: Running) -> None:
+    """Random and mutated request bytes on every method: each reply is a proper status or a
+    valid response, and a well-formed request afterwards still works."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from protos.specfleet.v1 import gateway_pb2 as pb
+
+    ch = grpc.insecure_channel(running.gw.address)
+    methods = ["Submit", "SubmitBatch", "Cancel", "ClusterInfo"]
+    calls = {m: ch.unary_unary(f"/specfleet.v1.Gateway/{m}") for m in methods}
+    stream = ch.unary_stream("/specfleet.v1.Gateway/Generate")
+    valid = pb.GenerateRequest(
+        prompt_token_ids=b"\x01\x00\x00\x00", sampling=pb.Sampling(max_tokens=2)
+    ).SerializeToString()
+    allowed = {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+    seen: set = set()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        data=st.one_of(
+            st.binary(max_size=64),
+            st.binary(max_size=8).map(lambda b: valid[: len(valid) // 2] + b),
+            st.binary(max_size=4).map(lambda b: b"\x52" + b + valid),  # unknown field 10
+        ),
+        method=st.sampled_from([*methods, "Generate"]),
+    )
+    def fuzz(data: bytes, method: str) -> None:
+        try:
+            if method == "Generate":
+                list(stream(data, timeout=5))
+            else:
+                calls[method](data, timeout=5)
+            seen.add("OK")
+        except grpc.RpcError as e:
+            assert e.code() in allowed, (method, data, e.code(), e.details())
+            seen.add(e.code())
+
+    fuzz()
+    assert grpc.StatusCode.INVALID_ARGUMENT in seen
+    with Client(running.gw.address) as c:
+        assert c.generate([1, 2], max_tokens=3).tokens == reference([1, 2], 3)
+    ch.close()
