@@ -76,6 +76,10 @@ class BatchSummary:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     elapsed_s: float = 0.0
+    # Speculation rounds over the fleet during the job (from worker metrics, when known):
+    # mean acceptance length = 1 + accepted / drafts (vLLM's definition).
+    fleet_num_drafts: int = 0
+    fleet_num_accepted_tokens: int = 0
     output_path: str = ""
     error_path: str = ""
     failures: list[str] = field(default_factory=list)  # first few messages
@@ -90,10 +94,17 @@ class BatchSummary:
             return None
         return self.num_accepted_tokens / self.num_draft_tokens
 
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        if self.fleet_num_drafts <= 0:
+            return None
+        return 1.0 + self.fleet_num_accepted_tokens / self.fleet_num_drafts
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tokens_per_s"] = self.tokens_per_s
         d["acceptance_rate"] = self.acceptance_rate
+        d["mean_acceptance_length"] = self.mean_acceptance_length
         return d
 
     def render(self) -> str:
@@ -108,9 +119,13 @@ class BatchSummary:
             + (
                 "n/a (no drafts)" if acc is None else f"{acc:.3f} of {self.num_draft_tokens} drafts"
             ),
-            f"output:      {self.output_path}",
-            f"errors:      {self.error_path}",
         ]
+        if self.mean_acceptance_length is not None:
+            lines.append(
+                f"acc. length: {self.mean_acceptance_length:.2f} tokens per round "
+                f"({self.fleet_num_drafts} drafting rows, worker metrics)"
+            )
+        lines += [f"output:      {self.output_path}", f"errors:      {self.error_path}"]
         lines += [f"  failure: {m}" for m in self.failures]
         return "\n".join(lines)
 
@@ -273,8 +288,15 @@ def run_batch(config: BatchJobConfig, backend: Backend) -> BatchSummary:
     return summary
 
 
-def main_with_backend(config: BatchJobConfig, backend: Backend, summary_json: Path | None) -> int:
+def main_with_backend(
+    config: BatchJobConfig,
+    backend: Backend,
+    summary_json: Path | None,
+    finish: Callable[[BatchSummary], None] | None = None,
+) -> int:
     summary = run_batch(config, backend)
+    if finish is not None:
+        finish(summary)  # e.g. add fleet-wide counts scraped from worker metrics
     print(summary.render(), file=sys.stderr)
     if summary_json is not None:
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")

@@ -18,11 +18,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import workers
-from cluster.batch_job import BatchJobConfig, main_with_backend
+from cluster.batch_job import BatchJobConfig, BatchSummary, main_with_backend
 from cluster.openai_format import BodyError, GenerationResult, ParsedBody
 
 TOKEN_ENV = "SPECFLEET_AUTH_TOKEN"
@@ -150,7 +151,30 @@ def _client(address: str, args: argparse.Namespace) -> Any:
     )
 
 
-def _batch(address: str, args: argparse.Namespace, input_path: str) -> int:
+def spec_counters(metrics_urls: list[str]) -> tuple[int, int]:
+    """Fleet totals of (drafts, accepted draft tokens) from the workers' metrics endpoints."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    drafts = accepted = 0.0
+    for url in metrics_urls:
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            continue  # a worker being restarted: its counters restart too
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name == "specfleet_spec_decode_num_drafts_total":
+                    drafts += s.value
+                elif s.name == "specfleet_spec_decode_num_accepted_tokens_total":
+                    accepted += s.value
+    return int(drafts), int(accepted)
+
+
+def _batch(
+    address: str, args: argparse.Namespace, input_path: str, metrics_urls: Sequence[str] = ()
+) -> int:
     config = BatchJobConfig(
         Path(input_path),
         Path(args.output),
@@ -161,7 +185,15 @@ def _batch(address: str, args: argparse.Namespace, input_path: str) -> int:
     with _client(address, args) as client:
         summary_json = Path(args.summary_json) if args.summary_json else None
         backend = client_backend(client, args.max_retries)
-        return main_with_backend(config, backend, summary_json)
+        urls = list(metrics_urls)
+        before = spec_counters(urls)
+
+        def finish(summary: BatchSummary) -> None:
+            after = spec_counters(urls)
+            summary.fleet_num_drafts = max(0, after[0] - before[0])
+            summary.fleet_num_accepted_tokens = max(0, after[1] - before[1])
+
+        return main_with_backend(config, backend, summary_json, finish if urls else None)
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -243,7 +275,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.batch:
             if not args.output:
                 raise SystemExit("--batch needs -o OUTPUT")
-            return _batch(a["gateway"], args, args.batch)
+            urls = [w["metrics"] for w in a["workers"].values() if w["metrics"]]
+            return _batch(a["gateway"], args, args.batch, urls)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         print("serving; Ctrl-C to stop", file=sys.stderr)

@@ -87,5 +87,9 @@ def test_up_runs_batch_and_prints_summary(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["num_succeeded"] == 41 and summary["num_draft_tokens"] > 0
     assert 0 < summary["acceptance_rate"] <= 1
+    # Fleet-wide acceptance length from the workers' metrics, consistent with per-request counts.
+    assert summary["fleet_num_accepted_tokens"] == summary["num_accepted_tokens"]
+    assert 1.0 < summary["mean_acceptance_length"] <= 4.0  # draft depth 3
+    assert "acc. length:" in err
     targets = json.loads((tmp_path / "targets" / "workers.json").read_text())
     assert len(targets) == 2
