@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+import pytest
 from mlx_lm.sample_utils import make_presence_penalty, make_repetition_penalty
 
 from workers.sampling.keys import gumbel_noise
 from workers.sampling.processors import (
     BatchSampling,
+    _thresholds,
     apply_penalties,
     sample,
     token_presence,
@@ -57,12 +59,14 @@ PARAMS = [
 ]
 
 
-def test_warp_matches_per_row_reference():
+@pytest.mark.parametrize("candidates", [(), (3,), (8,), (2, 20)])
+def test_warp_matches_per_row_reference(candidates):
+    """Also with top-k/top-p candidate sets smaller than the vocabulary (and the fallback)."""
     rng = np.random.default_rng(0)
     W = 3
     logits = rng.normal(scale=3.0, size=(len(PARAMS), W, V)).astype(np.float32)
     bs = BatchSampling.from_params(PARAMS, seeds=range(len(PARAMS)))
-    got = np.array(warp(mx.array(logits), bs))
+    got = np.array(warp(mx.array(logits), bs, candidates=candidates))
     for b, sp in enumerate(PARAMS):
         for i in range(W):
             want = ref_warp(logits[b, i], sp)
@@ -129,3 +133,23 @@ def test_top_k_at_or_above_vocab_keeps_everything():
     ]
     got = np.array(warp(logits, BatchSampling.from_params(params, seeds=[0, 1])))
     np.testing.assert_allclose(got, np.array(logits), rtol=1e-6)
+
+
+def test_candidate_thresholds_are_exact_when_the_nucleus_fits():
+    rng = np.random.default_rng(4)
+    x = mx.array(rng.normal(scale=4.0, size=(4, 2, V)).astype(np.float32))
+    params = [
+        SamplingParams(temperature=1.0, top_k=3),
+        SamplingParams(temperature=1.0, top_p=0.3),
+        SamplingParams(temperature=1.0, top_k=6, top_p=0.9),
+        SamplingParams(temperature=1.0),
+    ]
+    bs = BatchSampling.from_params(params, seeds=range(4))
+    full, _ = _thresholds(x, mx.sort(x, axis=-1)[..., ::-1], bs)
+    part, complete = _thresholds(x, mx.sort(mx.topk(x, 8, axis=-1), axis=-1)[..., ::-1], bs)
+    assert np.array(complete).all()
+    np.testing.assert_array_equal(np.array(part), np.array(full))
+    # A nucleus wider than the candidates is reported incomplete (warp then sorts fully).
+    wide = BatchSampling.from_params([SamplingParams(temperature=1.0, top_p=0.999)] * 4, range(4))
+    _, complete = _thresholds(x, mx.sort(mx.topk(x, 2, axis=-1), axis=-1)[..., ::-1], wide)
+    assert not np.array(complete).all()
