@@ -329,3 +329,44 @@ def test_scheduler_actor_killed_clients_resume_exactly_once(fleet) -> None:
         after = ray.get(running.scheduler.addresses.remote(), timeout=120)
         assert after["pid"] != addrs["pid"] and after["gateway"] == addrs["gateway"]
         assert c.generate(ps[0], max_tokens=60).tokens == want[0]
+
+
+def test_worker_node_lost_then_replaced(fleet) -> None:
+    """A whole worker node goes away mid-batch (its raylet and every process on it): its
+    requests finish on the other node, exactly once; a replacement node gets the worker back."""
+    running, rc = fleet["cluster"], fleet["ray_cluster"]
+    addrs = ray.get(running.scheduler.addresses.remote(), timeout=60)
+    victim = ray.get(running.workers[1].addresses.remote(), timeout=60)
+    node = next(n for n in rc.worker_nodes if n.node_id == victim["node_id"])
+    ps = mixed_prompts(40, seed=5)
+    want = reference(fleet, ps, 40)
+    results: dict[int, list[int]] = {}
+    with Client(addrs["gateway"], retry_timeout_s=120) as c:
+
+        def one(i: int) -> None:
+            results[i] = c.generate(ps[i], max_tokens=40, request_id=f"node-{i}").tokens
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(ps))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            w1 = [w for w in c.cluster_info().workers if w.worker_id == "worker-1"][0]
+            if w1.inflight >= 4:
+                break
+            time.sleep(0.02)
+        assert w1.inflight >= 4
+        rc.remove_node(node)
+        for t in threads:
+            t.join(300)
+        assert [results.get(i) for i in range(len(ps))] == want
+        rc.add_node(num_cpus=1, resources={"specfleet_worker": 1})
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            w1 = [w for w in c.cluster_info().workers if w.worker_id == "worker-1"][0]
+            if w1.connected:
+                break
+            time.sleep(0.5)
+        assert w1.connected, "the worker actor must come back on the new node"
+        moved = ray.get(running.workers[1].addresses.remote(), timeout=60)
+        assert moved["node_id"] != victim["node_id"]
