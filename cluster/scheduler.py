@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cluster import requests as rq
+from cluster.admission import check_fits, tokenize_input
 from cluster.metrics import SchedulerMetrics
 from cluster.policy import Batch, BatchPolicy, PendingRequest, PolicyConfig, QueueFullError
 from cluster.policy import WorkerCapacity as Capacity
@@ -33,8 +35,7 @@ from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
 from workers.types import RequestOutput
 
-MAX_PROMPT_CHARS = 4 * 1024 * 1024
-MAX_PROMPT_TOKENS = 1 << 20
+log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 32
 
 
@@ -226,11 +227,11 @@ class Scheduler:
         while True:
             self._wake.clear()
             now = self.clock()
-            self._expire(now)
-            caps = [c for s in self.workers.values() if (c := s.capacity()) is not None]
-            for batch in self.policy.form_batches(caps, now):
-                self._dispatch(batch, now)
-            self.metrics.queue_depth.set(len(self.policy))
+            try:
+                self._tick(now)
+            except Exception:  # a bug here must not silently stop all dispatching
+                log.exception("scheduler tick failed; continuing")
+                await asyncio.sleep(0.01)
             wake = self.policy.next_wakeup(now)
             running = [s.deadline for s in self.live.values() if s.deadline and s.worker_id]
             if running:
@@ -240,6 +241,13 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
+
+    def _tick(self, now: float) -> None:
+        self._expire(now)
+        caps = [c for s in self.workers.values() if (c := s.capacity()) is not None]
+        for batch in self.policy.form_batches(caps, now):
+            self._dispatch(batch, now)
+        self.metrics.queue_depth.set(len(self.policy))
 
     def _expire(self, now: float) -> None:
         for p in self.policy.expire(now):
@@ -371,61 +379,11 @@ class Scheduler:
 
     # -- admission helpers -----------------------------------------------------------------
     def _tokenize(self, inp: GenerateInput) -> list[int]:
-        if (inp.prompt is None) == (inp.messages is None):
-            raise SchedulerError(rq.INVALID_ARGUMENT, "pass exactly one of prompt or messages")
-        if inp.messages is not None or isinstance(inp.prompt, str):
-            if self.tokenizer is None:
-                raise SchedulerError(
-                    rq.INVALID_ARGUMENT,
-                    "text prompt given but the scheduler has no tokenizer: pass token ids or "
-                    "start the cluster with --tokenizer/--model",
-                )
-            if inp.messages is not None:
-                try:
-                    text = self.tokenizer.apply_chat_template(inp.messages)
-                except Exception as e:
-                    raise SchedulerError(rq.INVALID_ARGUMENT, f"messages: {e}") from None
-            else:
-                text = str(inp.prompt)
-            if len(text) > MAX_PROMPT_CHARS:
-                raise SchedulerError(
-                    rq.INVALID_ARGUMENT,
-                    f"prompt has {len(text)} characters, over the {MAX_PROMPT_CHARS} limit",
-                )
-            tokens = self.tokenizer.encode(text)
-        else:
-            tokens = list(inp.prompt or [])
-        if not tokens:
-            raise SchedulerError(rq.INVALID_ARGUMENT, "prompt is empty: pass at least one token")
-        if len(tokens) > MAX_PROMPT_TOKENS:
-            raise SchedulerError(rq.INVALID_ARGUMENT, f"prompt has {len(tokens)} tokens: too long")
-        return tokens
+        return tokenize_input(inp, self.tokenizer)
 
     def _check_fits(self, state: RequestState) -> None:
         known = [s.status.engine for s in self.workers.values() if s.status is not None]
-        if not known:
-            return  # no worker seen yet: the worker validates at dispatch
-        n = len(state.prompt)
-        vocab = max(e.vocab_size for e in known)
-        bad = [t for t in state.prompt if not 0 <= t < vocab]
-        if bad:
-            raise SchedulerError(
-                rq.INVALID_ARGUMENT,
-                f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})",
-            )
-        if not any(n < e.max_context for e in known):
-            raise SchedulerError(
-                rq.INVALID_ARGUMENT,
-                f"prompt length {n} leaves no room in the context of "
-                f"{max(e.max_context for e in known)} tokens: shorten the prompt",
-            )
-        need = self._pending(state).kv_tokens
-        if not any(need <= e.kv_budget_tokens for e in known):
-            raise SchedulerError(
-                rq.INVALID_ARGUMENT,
-                f"prompt length {n} + max_tokens {state.params.max_tokens} exceeds every "
-                "worker's KV budget: lower max_tokens or shorten the prompt",
-            )
+        check_fits(state.prompt, state.params.max_tokens, self._pending(state).kv_tokens, known)
 
     def _pending(self, state: RequestState) -> PendingRequest:
         n = len(state.committed_prefix)

@@ -1,0 +1,71 @@
+"""Admission checks: turn a request's input into token ids and refuse what no worker can run,
+with messages that name the value and the fix (INVALID_ARGUMENT)."""
+
+from __future__ import annotations
+
+from cluster.requests import INVALID_ARGUMENT, GenerateInput, SchedulerError
+from cluster.tokenizer import TextTokenizer
+from workers.types import EngineInfo
+
+MAX_PROMPT_CHARS = 4 * 1024 * 1024
+MAX_PROMPT_TOKENS = 1 << 20
+
+
+def tokenize_input(inp: GenerateInput, tokenizer: TextTokenizer | None) -> list[int]:
+    if (inp.prompt is None) == (inp.messages is None):
+        raise SchedulerError(INVALID_ARGUMENT, "pass exactly one of prompt or messages")
+    if inp.messages is not None or isinstance(inp.prompt, str):
+        if tokenizer is None:
+            raise SchedulerError(
+                INVALID_ARGUMENT,
+                "text prompt given but the scheduler has no tokenizer: pass token ids or "
+                "start the cluster with --tokenizer/--model",
+            )
+        if inp.messages is not None:
+            try:
+                text = tokenizer.apply_chat_template(inp.messages)
+            except Exception as e:  # template errors are the caller's messages' fault
+                raise SchedulerError(INVALID_ARGUMENT, f"messages: {e}") from None
+        else:
+            text = str(inp.prompt)
+        if len(text) > MAX_PROMPT_CHARS:
+            raise SchedulerError(
+                INVALID_ARGUMENT,
+                f"prompt has {len(text)} characters, over the {MAX_PROMPT_CHARS} limit",
+            )
+        tokens = tokenizer.encode(text)
+    else:
+        tokens = list(inp.prompt or [])
+    if not tokens:
+        raise SchedulerError(INVALID_ARGUMENT, "prompt is empty: pass at least one token")
+    if len(tokens) > MAX_PROMPT_TOKENS:
+        raise SchedulerError(
+            INVALID_ARGUMENT, f"prompt has {len(tokens)} tokens, over {MAX_PROMPT_TOKENS}"
+        )
+    return tokens
+
+
+def check_fits(prompt: list[int], max_tokens: int, kv_need: int, known: list[EngineInfo]) -> None:
+    """Raise unless some known worker could run this request (no worker known yet: accept;
+    the worker validates at dispatch)."""
+    if not known:
+        return
+    n = len(prompt)
+    vocab = max(e.vocab_size for e in known)
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if bad:
+        raise SchedulerError(
+            INVALID_ARGUMENT, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})"
+        )
+    if not any(n < e.max_context for e in known):
+        raise SchedulerError(
+            INVALID_ARGUMENT,
+            f"prompt length {n} leaves no room in the context of "
+            f"{max(e.max_context for e in known)} tokens: shorten the prompt",
+        )
+    if not any(kv_need <= e.kv_budget_tokens for e in known):
+        raise SchedulerError(
+            INVALID_ARGUMENT,
+            f"prompt length {n} + max_tokens {max_tokens} exceeds every worker's KV budget: "
+            "lower max_tokens or shorten the prompt",
+        )
