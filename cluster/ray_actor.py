@@ -39,6 +39,8 @@ class SchedulerActor:
     itself: same gateway port, same workers (found again through their handles)."""
 
     def __init__(self, config: RuntimeConfig, workers: list[tuple[str, Any]]) -> None:
+        if config.advertise_host is None:
+            config = dataclasses.replace(config, advertise_host=ray.util.get_node_ip_address())
         self.runtime = SchedulerRuntime(config)
         located = [(wid, _locator(handle)) for wid, handle in workers]
         self.runtime.call(self.runtime.start(located))

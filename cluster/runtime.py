@@ -38,6 +38,8 @@ class RuntimeConfig:
     metrics_port: int | None = 0  # None: no scheduler metrics endpoint
     prometheus_targets_dir: str | None = None  # file_sd targets kept current (deploy/README)
     model_name: str = ""  # the workers' `model` metrics label, for the targets file
+    # Host to print and publish when the gateway / metrics bind all interfaces (0.0.0.0).
+    advertise_host: str | None = None
 
 
 class SchedulerRuntime:
@@ -66,7 +68,7 @@ class SchedulerRuntime:
         self.sched.start()
         if cfg.metrics_port is not None:
             port = self.metrics.serve(cfg.metrics_port, cfg.metrics_host)
-            self.metrics_url = f"http://{cfg.metrics_host}:{port}/metrics"
+            self.metrics_url = f"http://{self._public(cfg.metrics_host)}:{port}/metrics"
         await self.add_workers(workers)
         self.gateway = await GatewayServer(
             self.sched, cfg.gateway, lambda: {"metrics_url": self.metrics_url}
@@ -107,7 +109,7 @@ class SchedulerRuntime:
     async def addresses(self) -> dict[str, Any]:
         assert self.gateway is not None
         return {
-            "gateway": self.gateway.address,
+            "gateway": f"{self._public(self.gateway.config.host)}:{self.gateway.port}",
             "metrics": self.metrics_url,
             "pid": os.getpid(),
             "workers": {
@@ -120,6 +122,11 @@ class SchedulerRuntime:
                 for wid, s in self.sched.workers.items()
             },
         }
+
+    def _public(self, host: str) -> str:
+        if host in ("0.0.0.0", "::", "") and self.config.advertise_host:
+            return self.config.advertise_host
+        return host
 
     async def stop(self) -> None:
         if self.gateway is not None:
