@@ -108,6 +108,9 @@ def test_two_nodes_serve_200_requests_equal_to_engine(fleet) -> None:
     texts = ["the quick brown fox", "def add(a, b):", "lazy dog"]
     want = reference(fleet, ps, 8)
     want_text = reference(fleet, texts, 8)
+    with Client.from_ray() as via_ray:  # found through the named scheduler actor
+        assert via_ray.address == addrs["gateway"]
+        assert via_ray.generate(ps[0], max_tokens=8).tokens == want[0]
     with Client(addrs["gateway"]) as c:
         info = c.cluster_info()
         nodes = {w.worker_id for w in info.workers if w.connected}
