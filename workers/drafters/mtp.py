@@ -139,8 +139,7 @@ class MTPDrafter:
         )
         self.cache.commit(np.where(has_pairs, valid, 0))
         self.num_pending = np.zeros_like(self.num_pending)
-        mx.eval(self.cache.state_arrays())
-        return pre, normed, valid
+        return pre, normed, valid  # lazy: evaluated with the drafts (one sync per proposal)
 
     def _step(
         self, cache: BatchCache, hidden: mx.array, tokens: mx.array, valid: np.ndarray
