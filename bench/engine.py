@@ -100,6 +100,13 @@ def run_engine(
         "tokens_per_s": n / dt,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
         "acceptance_rate": accepted / max(1, sum(s.num_draft_tokens for s in stats)),
+        # Fraction of drafting rows whose draft at position i was accepted.
+        "acceptance_per_position": [
+            sum(s.accepted_per_pos[i] for s in stats if i < len(s.accepted_per_pos)) / drafts
+            for i in range(max((len(s.accepted_per_pos) for s in stats), default=0))
+        ]
+        if drafts
+        else [],
         "rounds": len(stats),
     }
 
