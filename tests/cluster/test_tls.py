@@ -4,6 +4,8 @@ gateway requires one from clients; a client without a certificate is refused."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -15,13 +17,35 @@ from cluster.gateway_server import GatewayConfig, GatewayServer
 from cluster.worker_rpc import LinkConfig
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_scheduler import Harness
-from tests.workers.service.test_auth_tls import pki  # noqa: F401 - the test CA fixture
 from workers.service.grpc_auth import TLSFiles
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_mtls_links_and_gateway(pki: Path) -> None:  # noqa: F811
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A test CA (openssl CLI) issuing a server cert for 127.0.0.1 and a client cert."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed (needed to generate the test CA)")
+    d = tmp_path_factory.mktemp("pki")
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca",
+             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)  # fmt: skip
+    for name, ext in (("server", "san.ext"), ("client", "client.ext")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", f"{name}.pem",
+                 cwd=d)  # fmt: skip
+    return d
+
+
+def test_mtls_links_and_gateway(pki: Path) -> None:
     server_tls = TLSFiles(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem"))
     link = LinkConfig(
         tls_ca_file=str(pki / "ca.pem"),
