@@ -59,6 +59,8 @@ def sampling_from_pb(msg: pb.Sampling) -> SamplingParams:
 
 def sampling_to_pb(params: SamplingParams) -> pb.Sampling:
     default = SamplingParams()
+    if params.logprobs:
+        raise ValueError("logprobs=True is not served by the gateway (v1): drop it")
     msg = pb.Sampling()
     for k in _OPTIONAL:
         value = getattr(params, k)

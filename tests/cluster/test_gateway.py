@@ -283,3 +283,8 @@ def test_fuzz_raw_bytes_get_proper_statuses(running: Running) -> None:
     with Client(running.gw.address) as c:
         assert c.generate([1, 2], max_tokens=3).tokens == reference([1, 2], 3)
     ch.close()
+
+
+def test_unsupported_logprobs_refused_clearly(running: Running) -> None:
+    with Client(running.gw.address) as c, pytest.raises(InvalidRequestError, match="logprobs"):
+        c.generate([1], max_tokens=2, logprobs=True)
