@@ -152,7 +152,16 @@ def test_killed_worker_requests_complete_exactly_once(fleet) -> None:
     url = addrs["metrics"]
     requeues_before = metric(url, "specfleet_scheduler_requeues_total")
     ps = mixed_prompts(48, seed=1)
-    want = reference(fleet, ps, 40)
+    # Odd requests sample (T=0.8, seeded, coupled acceptance): position-keyed noise makes them
+    # as reproducible as greedy ones, so they too must match a no-fault run after the requeue.
+    sampled = {"temperature": 0.8, "acceptance": "coupled"}
+    params = [
+        SamplingParams(max_tokens=40, seed=i, **sampled) if i % 2 else SamplingParams(max_tokens=40)
+        for i in range(len(ps))
+    ]
+    want = [o.tokens for o in fleet["ref"].generate(ps, params)]
+    greedy = reference(fleet, ps[1::2], 40)
+    assert sum(g != w for g, w in zip(greedy, want[1::2])) >= len(greedy) // 2, "really sampled"
     victim = ray.get(running.workers[0].addresses.remote(), timeout=60)
     results: dict[int, list[int]] = {}
     counts: dict[int, int] = {}
@@ -161,7 +170,8 @@ def test_killed_worker_requests_complete_exactly_once(fleet) -> None:
 
         def one(i: int) -> None:
             toks, n = [], 0
-            for d in c.stream(ps[i], max_tokens=40, request_id=f"fault-{i}"):
+            kw = {"seed": i, **sampled} if i % 2 else {}
+            for d in c.stream(ps[i], max_tokens=40, request_id=f"fault-{i}", **kw):
                 toks += d.tokens
                 n += 1
             with lock:
@@ -195,6 +205,7 @@ def test_killed_worker_requests_complete_exactly_once(fleet) -> None:
         after = ray.get(running.workers[0].addresses.remote(), timeout=60)
         assert after["pid"] != victim["pid"]
         assert c.generate(ps[0], max_tokens=40).tokens == want[0]
+        assert c.generate(ps[1], max_tokens=40, seed=1, **sampled).tokens == want[1]
 
 
 def test_load_64_clients_1000_requests_and_overload(fleet) -> None:
