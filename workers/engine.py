@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -469,15 +470,15 @@ class Engine:
         return str(self.tokenizer.decode(tokens))  # type: ignore[attr-defined]
 
 
-def _cpu_fp32(model: object) -> object:
+def _cpu_fp32(model: Any) -> Any:
     """On the CPU, run half-precision checkpoints in fp32: MLX's CPU backend has no fast
     half-precision matmul (5-30x slower than fp32, see workers/default_model/README.md)."""
     from mlx.utils import tree_flatten
 
     if mx.default_device() == mx.cpu:
-        dtypes = {v.dtype for _, v in tree_flatten(model.parameters())}  # type: ignore[attr-defined]
-        if dtypes & {mx.float16, mx.bfloat16}:
-            model.set_dtype(mx.float32)  # type: ignore[attr-defined]
+        params: Any = tree_flatten(model.parameters())
+        if {v.dtype for _, v in params} & {mx.float16, mx.bfloat16}:
+            model.set_dtype(mx.float32)
     return model
 
 
