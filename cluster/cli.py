@@ -133,6 +133,7 @@ def client_backend(client: Any, retries: int = 8) -> Any:
             num_draft_tokens=res.usage.draft_tokens,
             num_accepted_tokens=res.usage.accepted_tokens,
             request_id=res.request_id,
+            logprobs=res.logprobs,
         )
 
     return call

@@ -71,6 +71,7 @@ class CompletionResult:
     tokens: list[int]
     finish_reason: str
     usage: Usage = field(default_factory=Usage)
+    logprobs: list[float] | None = None  # [len(tokens)] when requested with logprobs=True
 
 
 def make_input(
@@ -251,6 +252,7 @@ def _result(res: pb.GenerateResult) -> CompletionResult:
         tokens=codec.unpack_tokens(res.token_ids, "token_ids"),
         finish_reason=res.finish_reason,
         usage=codec.usage_from_pb(res.usage),
+        logprobs=codec.unpack_floats(res.logprobs),
     )
 
 

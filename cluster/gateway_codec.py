@@ -18,6 +18,14 @@ def pack_tokens(tokens: list[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}I", *tokens)
 
 
+def pack_floats(values: list[float] | None) -> bytes:
+    return b"" if not values else struct.pack(f"<{len(values)}f", *values)
+
+
+def unpack_floats(data: bytes) -> list[float] | None:
+    return list(struct.unpack(f"<{len(data) // 4}f", data)) if data else None
+
+
 def unpack_tokens(data: bytes, field: str) -> list[int]:
     if len(data) % 4:
         raise SchedulerError(
@@ -51,6 +59,8 @@ def sampling_from_pb(msg: pb.Sampling) -> SamplingParams:
         kw["stop_token_ids"] = tuple(unpack_tokens(msg.stop_token_ids, "sampling.stop_token_ids"))
     if msg.acceptance:
         kw["acceptance"] = msg.acceptance
+    if msg.logprobs:
+        kw["logprobs"] = True
     try:
         return SamplingParams(**kw)
     except (ValueError, TypeError) as e:
@@ -59,9 +69,7 @@ def sampling_from_pb(msg: pb.Sampling) -> SamplingParams:
 
 def sampling_to_pb(params: SamplingParams) -> pb.Sampling:
     default = SamplingParams()
-    if params.logprobs:
-        raise ValueError("logprobs=True is not served by the gateway (v1): drop it")
-    msg = pb.Sampling()
+    msg = pb.Sampling(logprobs=params.logprobs)
     for k in _OPTIONAL:
         value = getattr(params, k)
         if value != getattr(default, k) and value is not None:
@@ -157,6 +165,7 @@ def event_to_pb(d: Delta) -> pb.GenerateEvent:
         finished=d.finished,
         finish_reason=d.finish_reason or "",
         usage=usage_to_pb(d.usage),
+        logprobs=pack_floats(d.logprobs),
     )
 
 
@@ -168,14 +177,18 @@ def event_from_pb(msg: pb.GenerateEvent) -> Delta:
         finished=msg.finished,
         finish_reason=msg.finish_reason or None,
         usage=usage_from_pb(msg.usage) if msg.HasField("usage") else None,
+        logprobs=unpack_floats(msg.logprobs),
     )
 
 
-def result_to_pb(request_id: str, text: str, tokens: list[int], last: Delta) -> pb.GenerateResult:
+def result_to_pb(
+    request_id: str, text: str, tokens: list[int], last: Delta, logprobs: list[float] | None
+) -> pb.GenerateResult:
     return pb.GenerateResult(
         request_id=request_id,
         text=text,
         token_ids=pack_tokens(tokens),
         finish_reason=last.finish_reason or "",
         usage=usage_to_pb(last.usage),
+        logprobs=pack_floats(logprobs),
     )

@@ -101,7 +101,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         assert last is not None
         if last.error_code:
             raise SchedulerError(last.error_code, last.error or last.error_code)
-        return codec.result_to_pb(state.request_id, state.text, list(state.tokens), last)
+        return codec.result_to_pb(
+            state.request_id, state.text, list(state.tokens), last, state.lp()
+        )
 
     async def Submit(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext

@@ -61,6 +61,7 @@ class GenerationResult:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     request_id: str = ""
+    logprobs: list[float] | None = None  # [num_generated_tokens] when requested
 
 
 def parse_body(body: Any, url: str | None = None) -> ParsedBody:
@@ -110,8 +111,13 @@ def parse_body(body: Any, url: str | None = None) -> ParsedBody:
             if key in ("stop", "stop_token_ids") and isinstance(value, list):
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
             kwargs[name] = value
-    if kwargs.get("logprobs") not in (None, True, False):
-        raise BodyError(f"body.logprobs={kwargs['logprobs']!r}: use true or false")
+    lp = kwargs.get("logprobs")
+    if lp is not None:
+        # Completions send an int (top-k); only the chosen token's log-prob is returned.
+        if isinstance(lp, bool) or (isinstance(lp, int) and 0 <= lp <= 20):
+            kwargs["logprobs"] = bool(lp)
+        else:
+            raise BodyError(f"body.logprobs={lp!r}: use true/false or an int in 0..20")
     try:
         out.params = SamplingParams(**kwargs)
     except (ValueError, TypeError) as e:
@@ -129,7 +135,12 @@ def response_body(result: GenerationResult, *, is_chat: bool, model: str) -> dic
         "completion_tokens": result.num_generated_tokens,
         "total_tokens": result.num_prompt_tokens + result.num_generated_tokens,
     }
-    choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
+    logprobs = None if result.logprobs is None else {"token_logprobs": result.logprobs}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "finish_reason": result.finish_reason,
+        "logprobs": logprobs,
+    }
     if is_chat:
         choice["message"] = {"role": "assistant", "content": result.text}
     else:

@@ -60,6 +60,7 @@ class Delta:
     error_code: str | None = None
     error: str | None = None
     usage: Usage | None = None
+    logprobs: list[float] | None = None  # [num_new_tokens] when requested
 
 
 @dataclass
@@ -72,6 +73,7 @@ class RequestState:
     deadline: float | None
     detok: IncrementalDetokenizer | None
     tokens: list[int] = field(default_factory=list)  # committed output, each token once
+    logprobs: list[float] = field(default_factory=list)  # [len(tokens)] when params.logprobs
     text: str = ""
     attempt: int = 0
     wire_id: str | None = None  # id of the current attempt on a worker
@@ -124,5 +126,12 @@ class RequestState:
                 self.final.error_code,
                 self.final.error,
                 self.final.usage,
+                self.lp(),
             )
-        return Delta(self.request_id, self.text, list(self.tokens))
+        return Delta(self.request_id, self.text, list(self.tokens), logprobs=self.lp())
+
+    def lp(self, new: list[float] | None = None) -> list[float] | None:
+        """All (or the given new) log-probs, or None when the request did not ask for them."""
+        if not self.params.logprobs:
+            return None
+        return list(self.logprobs if new is None else new)

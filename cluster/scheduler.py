@@ -283,22 +283,24 @@ class Scheduler:
     # -- per-request transitions ---------------------------------------------------------------
     def _apply(self, state: RequestState, ev: RequestOutput, worker_id: str) -> None:
         take = ev.new_tokens[: max(state.remaining, 0)]
+        take_lp = (ev.new_logprobs or [])[: len(take)]
         state.cur_draft, state.cur_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
         text = ""
         if take:
             state.tokens.extend(take)
+            state.logprobs.extend(take_lp)
             text = state.detok.push(take) if state.detok else ""
             self.metrics.generated_tokens.inc(len(take))
         if not ev.finished:
             if take:
                 state.text += text
-                state.publish(Delta(state.request_id, text, take))
+                state.publish(Delta(state.request_id, text, take, logprobs=state.lp(take_lp)))
             return
         self._release(state)
         if ev.finish_reason == "abort":  # the worker dropped it (draining): run it elsewhere
             state.text += text
             if take:
-                state.publish(Delta(state.request_id, text, take))
+                state.publish(Delta(state.request_id, text, take, logprobs=state.lp(take_lp)))
             self._requeue(state, f"worker {worker_id} aborted the attempt")
             return
         if ev.finish_reason == "error":
@@ -365,6 +367,7 @@ class Scheduler:
             code,
             message,
             state.usage(),
+            state.lp(state.logprobs[len(state.tokens) - len(last_tokens or []) :]),
         )
         state.publish(state.final)
         self.live.pop(state.request_id, None)

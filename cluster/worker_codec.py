@@ -139,12 +139,16 @@ def decode_session_event(msg: pb.SessionEvent) -> list[RequestOutput | WorkerRej
             continue
         if kind not in ("delta", "finish"):
             raise WorkerWireError(f"events[{i}].type={kind!r} is unknown")
+        lp = ev.get("logprobs")
+        if lp is not None and (not isinstance(lp, bytes) or len(lp) % 4):
+            raise WorkerWireError(f"events[{i}].logprobs: expected packed float32 bytes")
         ro = RequestOutput(
             request_id=ev["id"],
             new_tokens=unpack_tokens(ev.get("tokens", b""), f"events[{i}].tokens"),
             finished=kind == "finish",
             finish_reason=ev.get("finish_reason"),
             error=ev.get("error"),
+            new_logprobs=None if lp is None else list(struct.unpack(f"<{len(lp) // 4}f", lp)),
         )
         stats = ev.get("stats") or {}
         for k in _STATS:

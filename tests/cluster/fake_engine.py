@@ -29,6 +29,10 @@ def reference(prompt: list[int], max_tokens: int) -> list[int]:
     return seq[len(prompt) :]
 
 
+def fake_logprobs(tokens: list[int]) -> list[float]:
+    return [-t / 256 for t in tokens]
+
+
 @dataclass
 class _Row:
     request_id: str
@@ -98,6 +102,7 @@ class FakeEngine:
                     new,
                     done,
                     "length" if done else None,
+                    new_logprobs=fake_logprobs(new) if row.params.logprobs else None,
                     num_prompt_tokens=len(row.prompt),
                     num_generated_tokens=len(row.out),
                     num_draft_tokens=3 * len(row.out),

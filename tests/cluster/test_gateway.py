@@ -16,7 +16,7 @@ from cluster import Client
 from cluster.client import InvalidRequestError, QueueFullError, SpecfleetError
 from cluster.gateway_server import GatewayConfig, GatewayServer
 from cluster.tokenizer import TextTokenizer
-from tests.cluster.fake_engine import reference
+from tests.cluster.fake_engine import fake_logprobs, reference
 from tests.cluster.test_scheduler import Harness
 from tests.cluster.tiny_tokenizer import write_tiny_tokenizer
 
@@ -285,6 +285,11 @@ def test_fuzz_raw_bytes_get_proper_statuses(running: Running) -> None:
     ch.close()
 
 
-def test_unsupported_logprobs_refused_clearly(running: Running) -> None:
-    with Client(running.gw.address) as c, pytest.raises(InvalidRequestError, match="logprobs"):
-        c.generate([1], max_tokens=2, logprobs=True)
+def test_logprobs_flow_through_stream_and_result(running: Running) -> None:
+    with Client(running.gw.address) as c:
+        out = c.generate([6, 1], max_tokens=7, logprobs=True)
+        assert out.logprobs == pytest.approx(fake_logprobs(out.tokens))
+        deltas = list(c.stream([6, 1], max_tokens=7, logprobs=True))
+        assert all(len(d.logprobs or []) == len(d.tokens) for d in deltas)
+        assert sum((d.logprobs or [] for d in deltas), []) == pytest.approx(out.logprobs)
+        assert c.generate([6, 1], max_tokens=3).logprobs is None

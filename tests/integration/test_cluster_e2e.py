@@ -132,6 +132,11 @@ def test_two_nodes_serve_200_requests_equal_to_engine(fleet) -> None:
         for t in threads:
             t.join(120)
         assert [results[i] for i in range(220)] == want
+        lp_ref = fleet["ref"].generate(ps[:4], SamplingParams(max_tokens=8, logprobs=True))
+        for p, r in zip(ps[:4], lp_ref):
+            got = c.generate(p, max_tokens=8, logprobs=True)
+            assert got.tokens == r.tokens
+            assert got.logprobs == pytest.approx(r.logprobs, abs=1e-4)
         got_text = [c.generate(t, max_tokens=8) for t in texts]
         assert [g.tokens for g in got_text] == want_text
         assert all(g.text == fleet["ref"].tokenizer.decode(g.tokens) for g in got_text)
