@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "worker", help="run one worker standalone (see `specfleet worker -h`)", add_help=False
     )
+    sub.add_parser(
+        "demo",
+        help="the main job on the embedded default model (`specfleet demo -h`)",
+        add_help=False,
+    )
     return p
 
 
@@ -298,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         from workers.service.cli import worker_main
 
         return worker_main(argv[1:])
+    if argv and argv[0] == "demo":
+        from cluster.demo import main as demo_main
+
+        return demo_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "batch":
         return cmd_batch(args)
