@@ -52,7 +52,9 @@ class SamplingParams:
             raise bad("top_k", self.top_k, "use an int >= 0; 0 disables it")
         if not isinstance(self.min_p, (int, float)) or not (0.0 <= self.min_p < 1.0):
             raise bad("min_p", self.min_p, "use a value in [0, 1); 0 disables it")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
             raise bad("seed", self.seed, "pass an int or None")
         if self.seed is not None and not (0 <= self.seed < 2**63):
             raise bad("seed", self.seed, "use an int in [0, 2**63)")
@@ -61,17 +63,23 @@ class SamplingParams:
             or not isinstance(self.draft_depth, int)
             or not (1 <= self.draft_depth <= MAX_DRAFT_DEPTH)
         ):
-            raise bad("draft_depth", self.draft_depth, f"use an int in 1..{MAX_DRAFT_DEPTH} or None")
+            raise bad(
+                "draft_depth", self.draft_depth, f"use an int in 1..{MAX_DRAFT_DEPTH} or None"
+            )
         if self.acceptance not in ACCEPTANCE_MODES:
             raise bad("acceptance", self.acceptance, f"use one of {ACCEPTANCE_MODES}")
         if not isinstance(self.repetition_penalty, (int, float)) or not (
             0 < self.repetition_penalty < math.inf
         ):
-            raise bad("repetition_penalty", self.repetition_penalty, "use a value > 0; 1 disables it")
+            raise bad(
+                "repetition_penalty", self.repetition_penalty, "use a value > 0; 1 disables it"
+            )
         if not isinstance(self.presence_penalty, (int, float)) or not math.isfinite(
             self.presence_penalty
         ):
-            raise bad("presence_penalty", self.presence_penalty, "use a finite float; 0 disables it")
+            raise bad(
+                "presence_penalty", self.presence_penalty, "use a finite float; 0 disables it"
+            )
         stops = tuple(s if isinstance(s, str) else tuple(s) for s in self.stop)
         for s in stops:
             if len(s) == 0:
