@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 import uuid
 from collections import OrderedDict
@@ -159,10 +160,15 @@ class Scheduler:
         now = self.clock()
         if inp.timeout_s is not None and inp.timeout_s <= 0:
             raise SchedulerError(rq.INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
+        params = inp.params
+        if params.temperature > 0 and params.seed is None:
+            # Fix the seed once here: every attempt (after a requeue too) then draws the same
+            # position-keyed noise, so a resumed sampled request continues as if uninterrupted.
+            params = dataclasses.replace(params, seed=secrets.randbits(63))
         state = RequestState(
             request_id=rid,
             prompt=prompt,
-            params=inp.params,
+            params=params,
             priority=inp.priority,
             arrival=now,
             deadline=None if inp.timeout_s is None else now + inp.timeout_s,

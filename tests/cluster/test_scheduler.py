@@ -244,3 +244,25 @@ def test_auth_token_passed_to_workers() -> None:
             assert (await collect(h.sched, s))[0] == reference([4, 4], 3)
 
     asyncio.run(main())
+
+
+def test_unseeded_sampled_requests_get_one_seed_at_admission() -> None:
+    """A requeued attempt must redraw the same position-keyed noise, so the seed is fixed once."""
+
+    async def main() -> None:
+        async with Harness(n=1) as h:
+            sampled = h.sched.submit(
+                GenerateInput(prompt=[3], params=SamplingParams(max_tokens=2, temperature=0.8))
+            )
+            greedy = h.sched.submit(GenerateInput(prompt=[3], params=SamplingParams(max_tokens=2)))
+            seeded = h.sched.submit(
+                GenerateInput(
+                    prompt=[3], params=SamplingParams(max_tokens=2, temperature=1, seed=5)
+                )
+            )
+            assert sampled.params.seed is not None
+            assert greedy.params.seed is None and seeded.params.seed == 5
+            for s in (sampled, greedy, seeded):
+                await collect(h.sched, s)
+
+    asyncio.run(main())
