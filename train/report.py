@@ -23,7 +23,7 @@ def _row(name: str, s: dict[str, Any]) -> str:
 
 def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
     tf, gr = ev["teacher_forced_heldout_text"], ev["greedy_self_continuations"]
-    wall, loss = summary["wall_time_s"], summary["final_loss"]
+    wall, loss, c = summary["wall_time_s"], summary["final_loss"], summary["config"]
     head = "| drafter | acceptance at depth 1/2/3/4 | conditional on earlier depths | tokens per round, depth 1/2/3/4 |\n|---|---|---|---|"
     return "\n".join(
         [
@@ -34,7 +34,10 @@ def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
             f"{wall['target_s']:.0f} s, MTP {wall['mtp_s']:.0f} s, draft {wall['draft_s']:.0f} s, "
             f"total {wall['total_s'] / 60:.1f} min. Final train losses (nats/token; MTP and draft "
             f"are cross-entropies against the target's distribution): target {loss['target']:.2f}, "
-            f"MTP {loss['mtp']:.2f}, draft {loss['draft']:.2f}.",
+            f"MTP {loss['mtp']:.2f}, draft {loss['draft']:.2f}. Steps x batch (x 256 tokens), "
+            f"peak LR: target {c['target_steps']} x {c['target_batch']}, {c['target_lr']}; MTP "
+            f"{c['mtp_steps']} x {c['mtp_batch']}, {c['mtp_lr']} (depths 1-{c['mtp_depth']}); "
+            f"draft {c['draft_steps']} x {c['draft_batch']}, {c['draft_lr']}; seed {c['seed']}.",
             "",
             f"**Held-out text, teacher-forced** ({tf['tokens']} tokens of the held-out files):",
             f"greedy next-token accuracy target **{tf['target_accuracy']:.3f}**, draft "

@@ -45,20 +45,20 @@ class TrainConfig:
     target_layers: int = 4
     target_hidden: int = 256
     target_inter: int = 640
-    target_steps: int = 450
+    target_steps: int = 1100
     target_batch: int = 8
-    target_lr: float = 2e-3
+    target_lr: float = 3e-3
     # MTP head (one qwen3 layer of the target's shape), chained depths trained jointly
     mtp_depth: int = 3
-    mtp_steps: int = 150
-    mtp_batch: int = 6
+    mtp_steps: int = 200
+    mtp_batch: int = 8
     mtp_lr: float = 2e-3
     # draft: qwen3, 2 x (192 hidden, 3 heads x 64, 1 kv head, 512 MLP)
     draft_layers: int = 2
     draft_hidden: int = 192
     draft_inter: int = 512
-    draft_steps: int = 200
-    draft_batch: int = 6
+    draft_steps: int = 260
+    draft_batch: int = 8
     draft_lr: float = 3e-3
 
     def __post_init__(self) -> None:
