@@ -27,6 +27,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
+from mlx.utils import tree_map
 
 from train import artifacts, corpus
 from train.mtp_chain import chain_forward
@@ -171,20 +172,10 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
     ml = fit("mtp", mtp, mtp_loss, data, cfg.mtp_steps, cfg.mtp_lr, log)
     times["mtp_s"] = time.time() - t0
 
-    dcfg = artifacts.qwen3_config(
-        vocab=cfg.vocab_size, hidden=cfg.draft_hidden, layers=cfg.draft_layers,
-        heads=cfg.draft_hidden // 64, kv_heads=1, inter=cfg.draft_inter, ctx=cfg.context,
-    )  # fmt: skip
-    draft = artifacts.build_qwen3(dcfg)
-
-    def draft_loss(batch: mx.array) -> mx.array:
-        probs = mx.stop_gradient(mx.softmax(target(batch[:, :-1]), axis=-1))
-        return 0.5 * soft_ce(draft(batch[:, :-1]), probs) + 0.5 * lm_loss_of(draft, batch)
-
-    t0 = time.time()
-    data = corpus.batches(stream, cfg.draft_batch, cfg.seq_len, seed + 3)
-    dl = fit("draft", draft, draft_loss, data, cfg.draft_steps, cfg.draft_lr, log)
-    times["draft_s"] = time.time() - t0
+    # The draft learns from the target as shipped (fp16-rounded), so `--stage draft` on a saved
+    # target reproduces this stage exactly.
+    target.update(tree_map(lambda a: a.astype(mx.float16).astype(mx.float32), target.parameters()))
+    draft, dcfg, dl, times["draft_s"] = train_draft(cfg, target, stream, log)
 
     target.unfreeze()
     artifacts.save_model_dir(out / "target", target, tcfg, tok, mtp=mtp)
@@ -211,6 +202,53 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
     return summary
 
 
+def train_draft(
+    cfg: TrainConfig, target: nn.Module, stream: np.ndarray, log: Callable[[str], None]
+) -> tuple[nn.Module, dict[str, Any], list[float], float]:
+    """Distil the draft model from the frozen target: (draft, config, losses, seconds)."""
+    mx.random.seed(cfg.seed + 3)  # the draft's init does not depend on earlier stages
+    dcfg = artifacts.qwen3_config(
+        vocab=cfg.vocab_size, hidden=cfg.draft_hidden, layers=cfg.draft_layers,
+        heads=cfg.draft_hidden // 64, kv_heads=1, inter=cfg.draft_inter, ctx=cfg.context,
+    )  # fmt: skip
+    draft = artifacts.build_qwen3(dcfg)
+
+    def draft_loss(batch: mx.array) -> mx.array:
+        probs = mx.stop_gradient(mx.softmax(target(batch[:, :-1]), axis=-1))
+        return 0.5 * soft_ce(draft(batch[:, :-1]), probs) + 0.5 * lm_loss_of(draft, batch)
+
+    t0 = time.time()
+    data = corpus.batches(stream, cfg.draft_batch, cfg.seq_len, cfg.seed + 3)
+    losses = fit("draft", draft, draft_loss, data, cfg.draft_steps, cfg.draft_lr, log)
+    return draft, dcfg, losses, time.time() - t0
+
+
+def retrain_draft(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> None:
+    """`--stage draft`: re-run only the draft stage against the target saved in OUT/target."""
+    import mlx_lm
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out / "target" / "tokenizer.json"))
+    train_files, _ = corpus.split(corpus.list_sources())
+    eos = tok.token_to_id(corpus.EOS)
+    assert eos is not None, "tokenizer.json lacks the EOS token"
+    stream = corpus.encode_stream(tok, train_files, eos)
+    target = mlx_lm.load(str(out / "target"))[0]
+    target.set_dtype(mx.float32)
+    target.freeze()
+    draft, dcfg, losses, secs = train_draft(cfg, target, stream, log)
+    artifacts.save_model_dir(out / "draft", draft, dcfg, tok)
+    summary_path = out / "train_summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["config"].update({k: v for k, v in asdict(cfg).items() if k.startswith("draft_")})
+    summary["final_loss"]["draft"] = float(np.mean(losses[-25:]))
+    wall = summary["wall_time_s"]
+    wall["total_s"] = round(wall["total_s"] - wall["draft_s"] + secs, 1)
+    wall["draft_s"] = round(secs, 1)
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"draft retrained in {secs:.0f}s: loss {summary['final_loss']['draft']:.3f}")
+
+
 def lm_loss_of(model: nn.Module, batch: mx.array) -> mx.array:
     return nn.losses.cross_entropy(model(batch[:, :-1]), batch[:, 1:]).mean()
 
@@ -218,16 +256,24 @@ def lm_loss_of(model: nn.Module, batch: mx.array) -> mx.array:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("workers/default_model"))
+    p.add_argument(
+        "--stage", choices=["all", "draft"], default="all",
+        help="all: every stage; draft: only the draft, distilled from OUT/target",
+    )  # fmt: skip
     for field, default in asdict(TrainConfig()).items():
         p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
     ns = vars(p.parse_args(argv))
     out = ns.pop("out")
+    stage = ns.pop("stage")
     cfg = TrainConfig(**ns)
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    train_all(cfg, out, log)
+    if stage == "draft":
+        retrain_draft(cfg, out, log)
+    else:
+        train_all(cfg, out, log)
 
 
 if __name__ == "__main__":
