@@ -27,7 +27,18 @@ def verify_greedy(logits: mx.array, proposal: Proposal, want_logprobs: bool = Fa
     counts = mx.array(proposal.counts.astype(np.int32))  # [B]
     target = mx.argmax(logits, axis=-1).astype(mx.int32)  # [B, K+1]
     num_accepted = greedy_accept(draft, counts, target)
-    tokens = emitted_tokens(draft, num_accepted, target)
+    return make_verdict(
+        logits, num_accepted, emitted_tokens(draft, num_accepted, target), want_logprobs
+    )
+
+
+def make_verdict(
+    logits: mx.array,  # [B, K+1, V] the verify forward's raw logits
+    num_accepted: mx.array,  # [B]
+    tokens: mx.array,  # [B, K+1] emitted tokens (valid prefix num_accepted + 1)
+    want_logprobs: bool,
+) -> Verdict:
+    """Evaluate the accept outcome (one sync per round) and add each token's target logprob."""
     logprobs = None
     if want_logprobs:
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -46,7 +46,7 @@ from workers.sampling.processors import (
     window_presence,
 )
 from workers.types import SamplingParams
-from workers.verify import Verdict
+from workers.verify import Verdict, make_verdict
 
 
 def row_mode(params: SamplingParams) -> str:
@@ -144,16 +144,7 @@ class RoundSampling:
             rej = self._mask("rejection")
             num_accepted = mx.where(rej, n_rej, num_accepted)
             tokens = mx.where(rej[:, None], tok_rej, tokens)
-        logprobs = None
-        if want_logprobs:
-            logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-            logprobs = mx.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
-        mx.eval(num_accepted, tokens, *([logprobs] if logprobs is not None else []))
-        return Verdict(
-            num_accepted=np.array(num_accepted, dtype=np.int64),
-            tokens=np.array(tokens, dtype=np.int64),
-            logprobs=None if logprobs is None else np.array(logprobs, dtype=np.float64),
-        )
+        return make_verdict(logits, num_accepted, tokens, want_logprobs)
 
     def _penalise(self, x: mx.array, drafts: mx.array, slot: int | None) -> mx.array:
         """Penalties for window slots (all if slot is None, else one draft step's slot)."""
