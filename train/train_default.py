@@ -58,7 +58,7 @@ class TrainConfig:
     draft_layers: int = 2
     draft_hidden: int = 192
     draft_inter: int = 512
-    draft_steps: int = 260
+    draft_steps: int = 600
     draft_batch: int = 8
     draft_lr: float = 3e-3
 

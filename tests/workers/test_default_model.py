@@ -22,7 +22,7 @@ DEFAULT = ROOT / "workers" / "default_model"
 # Floors sit a little under the values measured by train/eval_default.py on the same 8 prompts
 # (see workers/default_model/README.md); a broken MTP/draft path scores near 0.
 MTP_DEPTH1_FLOOR = 0.65  # measured 0.759 (232 positions)
-DRAFT_FLOOR = 0.45  # measured 0.560
+DRAFT_FLOOR = 0.55  # measured 0.642
 
 pytestmark = pytest.mark.skipif(
     not (DEFAULT / "target" / "model.safetensors").is_file(), reason="default model not trained"
