@@ -231,3 +231,20 @@ def test_loader_errors_without_mtp(tmp_path: Path) -> None:
     (tmp_path / "mtp.safetensors").unlink()
     with pytest.raises(ValueError, match="no `mtp.\\*` tensor"):
         load_mtp_head(tmp_path)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_reference_mtp_decode_matches_plain_greedy(depth: int) -> None:
+    from workers.mtp.reference import mtp_greedy_decode
+
+    target, head = _qwen3(), _head(QWEN3_CFG)
+    prompt = [5, 17, 42, 8, 8, 63]
+    cache = make_prompt_cache(target)
+    logits = target(mx.array([prompt]), cache=cache)
+    plain = []
+    for _ in range(12):
+        plain.append(int(mx.argmax(logits[0, -1]).item()))  # type: ignore[arg-type]
+        logits = target(mx.array([[plain[-1]]]), cache=cache)
+    out, stats = mtp_greedy_decode(target, head, prompt, 12, depth)
+    assert out == plain
+    assert stats.drafted > 0 and 0 <= stats.accepted <= stats.drafted
