@@ -30,6 +30,7 @@ from train.mtp_chain import chain_forward
 from workers.mtp.hidden import embed, lm_head, target_hidden_and_logits
 from workers.mtp.loader import load_mtp_head
 from workers.mtp.qwen35 import MTPHead
+from workers.mtp.reference import mtp_greedy_decode
 
 DEPTH = 4
 
@@ -146,6 +147,20 @@ def evaluate(model_dir: Path, seq_len: int, max_windows: int, n_prompts: int) ->
         "mtp": summarize_depths(np.concatenate(mtp_ok)),
         "draft_model": summarize_depths(np.concatenate(draft_ok)),
     }
+    decode = {}
+    for depth in range(1, DEPTH + 1):  # real single-row MTP speculative decoding, same prompts
+        acc = drafted = rounds = 0
+        lossless = True
+        for p, s in zip(prompts, seqs, strict=True):
+            out, st = mtp_greedy_decode(target, mtp, p, n_new, depth)
+            lossless &= out == s[len(p) :]
+            acc, drafted, rounds = acc + st.accepted, drafted + st.drafted, rounds + st.rounds
+        decode[str(depth)] = {
+            "acceptance": round(acc / drafted, 4),
+            "tokens_per_round": round((acc + rounds) / rounds, 4),
+            "identical_to_plain_greedy": lossless,
+        }
+    greedy["mtp_reference_decode"] = decode
     return {
         "python_version": corpus.python_version(),
         "heldout_files": len(heldout),

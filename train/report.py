@@ -58,6 +58,16 @@ def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
             _row("MTP head", gr["mtp"]),
             _row("draft model", gr["draft_model"]),
             "",
+            "Real single-row MTP speculative decoding of the same prompts "
+            "(`workers/mtp/reference.py`: chained drafts, one verify forward per round, cache "
+            "rollback), greedy, outputs identical to plain greedy decoding: "
+            + "; ".join(
+                f"depth {d}: acceptance {v['acceptance']:.3f}, {v['tokens_per_round']:.2f} "
+                f"tokens/round{'' if v['identical_to_plain_greedy'] else ' (NOT identical)'}"
+                for d, v in gr.get("mtp_reference_decode", {}).items()
+            )
+            + ".",
+            "",
             f"Eval wall time {ev['eval_wall_s']:.0f} s (`train/eval_default.py`, fp32 on CPU).",
             END,
         ]
