@@ -146,6 +146,7 @@ def context_scaling(
         keys = mx.random.normal((B, 4, ctx + 64, 64))
         shifts = mx.array(rng.integers(0, 4, size=B))
         mx.eval(keys, shifts)
+        mx.eval(dynamic_roll(keys, shifts[:, None], axis=2))  # warm-up (kernel build)
         t0 = time.perf_counter()
         for _ in range(20):
             mx.eval(dynamic_roll(keys, shifts[:, None], axis=2))
