@@ -21,7 +21,7 @@ import numpy as np
 
 from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
 from workers.drafters.mtp import MTPDrafter
-from workers.engine import DEFAULT_MODEL_DIR
+from workers.engine import DEFAULT_MODEL_DIR, upcast_on_cpu
 from workers.mtp.loader import has_mtp
 
 
@@ -30,9 +30,12 @@ def load_models(args: argparse.Namespace):
 
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL_DIR / "target"
     if (model_dir / "config.json").exists():
-        target, tok = load(str(model_dir))
+        target, tok = load(str(model_dir))[:2]
+        upcast_on_cpu(target)
         draft_dir = Path(args.draft) if args.draft else model_dir.parent / "draft"
         draft = load(str(draft_dir))[0] if (draft_dir / "config.json").exists() else None
+        if draft is not None:
+            upcast_on_cpu(draft)
         return target, tok, draft, str(model_dir)
     from tests.tiny import perturbed, tiny_model
 

@@ -121,7 +121,7 @@ class Engine:
 
         model_dir = Path(path) if path is not None else DEFAULT_MODEL_DIR / "target"
         model, tokenizer = load(str(model_dir))[:2]
-        _cpu_fp32(model)
+        upcast_on_cpu(model)
         config.setdefault("model_id", model_dir.name if path is not None else "specfleet-default")
         return cls(model, tokenizer, drafter=_make_drafter(drafter, model_dir, model), **config)
 
@@ -470,7 +470,7 @@ class Engine:
         return str(self.tokenizer.decode(tokens))  # type: ignore[attr-defined]
 
 
-def _cpu_fp32(model: Any) -> Any:
+def upcast_on_cpu(model: Any) -> Any:
     """On the CPU, run half-precision checkpoints in fp32: MLX's CPU backend has no fast
     half-precision matmul (5-30x slower than fp32, see workers/default_model/README.md)."""
     from mlx.utils import tree_flatten
@@ -503,13 +503,11 @@ def _make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) ->
 
         path = spec[len("model:") :] if spec.startswith("model:") else ""
         draft_dir = Path(path) if path else model_dir.parent / "draft"
-        return ModelDrafter(_cpu_fp32(load(str(draft_dir))[0]))
+        return ModelDrafter(upcast_on_cpu(load(str(draft_dir))[0]))
     if spec == "mtp":
         from workers.drafters import mtp  # type: ignore[attr-defined]
 
-        drafter = mtp.MTPDrafter.from_target(model, model_dir)
-        _cpu_fp32(drafter.head)
-        return drafter  # type: ignore[no-any-return]
+        return mtp.MTPDrafter.from_target(model, model_dir)  # type: ignore[no-any-return]
     raise ValueError(
         f"drafter={spec!r} is not known: use None, 'ngram', 'mtp', 'model' or 'model:PATH'"
     )

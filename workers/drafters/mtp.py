@@ -49,10 +49,14 @@ class MTPDrafter:
     def from_target(cls, target: object, model_dir: str | Path) -> MTPDrafter:
         import json
 
+        from workers.mtp.hidden import text_model
         from workers.mtp.loader import load_mtp_head
 
         config = json.loads((Path(model_dir) / "config.json").read_text())
-        return cls(target, load_mtp_head(model_dir, config))
+        head = load_mtp_head(model_dir, config)
+        # Run the head in the target's dtype (fp32 when the engine upcast it for the CPU).
+        head.set_dtype(text_model(target).model.embed_tokens.weight.dtype)
+        return cls(target, head)
 
     # -- membership -----------------------------------------------------------------------------
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
