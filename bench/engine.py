@@ -20,8 +20,9 @@ import mlx.core as mx
 import numpy as np
 
 from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
+from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
-from workers.engine import DEFAULT_MODEL_DIR, upcast_on_cpu
+from workers.loading import upcast_on_cpu
 from workers.mtp.loader import has_mtp
 
 

@@ -17,18 +17,18 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
+from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill_chunk
 from workers.kv_cache import BatchCache
+from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import (
-    MAX_DRAFT_DEPTH,
     Completion,
     EngineInfo,
     RequestOutput,
@@ -36,36 +36,6 @@ from workers.types import (
     SamplingParams,
 )
 from workers.verify import Verdict, verify_greedy
-
-DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
-
-
-@dataclass
-class EngineConfig:
-    draft_depth: int = 4
-    max_batch_size: int = 16
-    max_context: int | None = None  # None: the model's max_position_embeddings, else 4096
-    prefill_step_size: int = 512
-    kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
-    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
-    max_verify_tokens: int = 4096
-    model_id: str = "in-memory"
-
-    def __post_init__(self) -> None:
-        def check(name: str, ok: bool, fix: str) -> None:
-            if not ok:
-                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is invalid: {fix}")
-
-        check("draft_depth", 1 <= self.draft_depth <= MAX_DRAFT_DEPTH, f"use 1..{MAX_DRAFT_DEPTH}")
-        check("max_batch_size", self.max_batch_size >= 1, "use an int >= 1")
-        check("max_context", self.max_context is None or self.max_context >= 2, "use >= 2")
-        check("prefill_step_size", self.prefill_step_size >= 1, "use an int >= 1")
-        check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
-        check(
-            "kv_budget_tokens",
-            self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,
-            "use None or an int >= 2",
-        )
 
 
 @dataclass
@@ -89,7 +59,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.drafter = drafter
         args = getattr(model, "args", None)
-        self.vocab_size = int(getattr(args, "vocab_size", 0) or _embedding_rows(model))
+        self.vocab_size = int(getattr(args, "vocab_size", 0) or embedding_rows(model))
         self.max_context = self.config.max_context or int(
             getattr(args, "max_position_embeddings", 0) or 4096
         )
@@ -123,7 +93,7 @@ class Engine:
         model, tokenizer = load(str(model_dir))[:2]
         upcast_on_cpu(model)
         config.setdefault("model_id", model_dir.name if path is not None else "specfleet-default")
-        return cls(model, tokenizer, drafter=_make_drafter(drafter, model_dir, model), **config)
+        return cls(model, tokenizer, drafter=make_drafter(drafter, model_dir, model), **config)
 
     # -- public API (add_request / abort are thread-safe) --------------------------------------
     def add_request(
@@ -468,46 +438,3 @@ class Engine:
         if self.tokenizer is None:
             return ""
         return str(self.tokenizer.decode(tokens))  # type: ignore[attr-defined]
-
-
-def upcast_on_cpu(model: Any) -> Any:
-    """On the CPU, run half-precision checkpoints in fp32: MLX's CPU backend has no fast
-    half-precision matmul (5-30x slower than fp32, see workers/default_model/README.md)."""
-    from mlx.utils import tree_flatten
-
-    if mx.default_device() == mx.cpu:
-        params: Any = tree_flatten(model.parameters())
-        if {v.dtype for _, v in params} & {mx.float16, mx.bfloat16}:
-            model.set_dtype(mx.float32)
-    return model
-
-
-def _embedding_rows(model: object) -> int:
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if embed is None:
-        raise ValueError("cannot tell the vocabulary size: the model has no args.vocab_size")
-    return int(embed.weight.shape[0])
-
-
-def _make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) -> Drafter | None:
-    if spec is None or not isinstance(spec, str):
-        return spec
-    if spec == "ngram":
-        from workers.drafters.ngram import NgramDrafter
-
-        return NgramDrafter()
-    if spec.startswith("model:") or spec == "model":
-        from mlx_lm import load
-
-        from workers.drafters.model import ModelDrafter
-
-        path = spec[len("model:") :] if spec.startswith("model:") else ""
-        draft_dir = Path(path) if path else model_dir.parent / "draft"
-        return ModelDrafter(upcast_on_cpu(load(str(draft_dir))[0]))
-    if spec == "mtp":
-        from workers.drafters import mtp  # type: ignore[attr-defined]
-
-        return mtp.MTPDrafter.from_target(model, model_dir)  # type: ignore[no-any-return]
-    raise ValueError(
-        f"drafter={spec!r} is not known: use None, 'ngram', 'mtp', 'model' or 'model:PATH'"
-    )

@@ -1,0 +1,38 @@
+"""Engine configuration, validated at construction (env vars are read only at the CLI edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.types import MAX_DRAFT_DEPTH
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+
+
+@dataclass
+class EngineConfig:
+    draft_depth: int = 4
+    max_batch_size: int = 16
+    max_context: int | None = None  # None: the model's max_position_embeddings, else 4096
+    prefill_step_size: int = 512
+    kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
+    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
+    max_verify_tokens: int = 4096
+    model_id: str = "in-memory"
+
+    def __post_init__(self) -> None:
+        def check(name: str, ok: bool, fix: str) -> None:
+            if not ok:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} is invalid: {fix}")
+
+        check("draft_depth", 1 <= self.draft_depth <= MAX_DRAFT_DEPTH, f"use 1..{MAX_DRAFT_DEPTH}")
+        check("max_batch_size", self.max_batch_size >= 1, "use an int >= 1")
+        check("max_context", self.max_context is None or self.max_context >= 2, "use >= 2")
+        check("prefill_step_size", self.prefill_step_size >= 1, "use an int >= 1")
+        check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
+        check(
+            "kv_budget_tokens",
+            self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,
+            "use None or an int >= 2",
+        )
