@@ -3,10 +3,10 @@ gateway server and the Python client use it). No grpc import: pure message conve
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
 from protos.specfleet.v1 import gateway_pb2 as pb
 from workers.types import SamplingParams
 
@@ -15,23 +15,25 @@ MAX_STOPS = 64
 
 
 def pack_tokens(tokens: list[int]) -> bytes:
-    return struct.pack(f"<{len(tokens)}I", *tokens)
+    return pack_u32(tokens)
 
 
 def pack_floats(values: list[float] | None) -> bytes:
-    return b"" if not values else struct.pack(f"<{len(values)}f", *values)
+    return pack_f32(values) if values else b""
 
 
 def unpack_floats(data: bytes) -> list[float] | None:
-    return list(struct.unpack(f"<{len(data) // 4}f", data)) if data else None
+    try:
+        return unpack_f32(data) if data else None
+    except ValueError as e:
+        raise SchedulerError(INVALID_ARGUMENT, f"logprobs: {e}") from None
 
 
 def unpack_tokens(data: bytes, field: str) -> list[int]:
-    if len(data) % 4:
-        raise SchedulerError(
-            INVALID_ARGUMENT, f"{field}: {len(data)} bytes is not a multiple of 4 (uint32 LE)"
-        )
-    return list(struct.unpack(f"<{len(data) // 4}I", data))
+    try:
+        return unpack_u32(data)
+    except ValueError as e:
+        raise SchedulerError(INVALID_ARGUMENT, f"{field}: {e}") from None
 
 
 # -- sampling ---------------------------------------------------------------------------------

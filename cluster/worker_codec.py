@@ -9,12 +9,12 @@ packed little-endian uint32 bytes. Decoding is bounded (msgpack max_buffer_size)
 from __future__ import annotations
 
 import dataclasses
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
+from protos.packing import pack_u32, unpack_f32, unpack_u32
 from protos.specfleet.v1 import worker_pb2 as pb
 from workers.types import EngineInfo, RequestOutput, SamplingParams
 
@@ -57,13 +57,21 @@ class WorkerStatus:
 
 
 def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
-    return struct.pack(f"<{len(tokens)}I", *tokens)
+    return pack_u32(tokens)
 
 
 def unpack_tokens(data: object, where: str) -> list[int]:
-    if not isinstance(data, bytes) or len(data) % 4:
-        raise WorkerWireError(f"{where}: expected packed uint32 bytes, got {data!r:.40}")
-    return list(struct.unpack(f"<{len(data) // 4}I", data))
+    try:
+        return unpack_u32(data)
+    except ValueError as e:
+        raise WorkerWireError(f"{where}: {e}") from None
+
+
+def unpack_logprobs(data: object, where: str) -> list[float]:
+    try:
+        return unpack_f32(data)
+    except ValueError as e:
+        raise WorkerWireError(f"{where}: {e}") from None
 
 
 def _params(params: SamplingParams) -> dict[str, Any]:
@@ -148,7 +156,7 @@ def decode_session_event(msg: pb.SessionEvent) -> list[RequestOutput | WorkerRej
             finished=kind == "finish",
             finish_reason=ev.get("finish_reason"),
             error=ev.get("error"),
-            new_logprobs=None if lp is None else list(struct.unpack(f"<{len(lp) // 4}f", lp)),
+            new_logprobs=None if lp is None else unpack_logprobs(lp, f"events[{i}].logprobs"),
         )
         stats = ev.get("stats") or {}
         for k in _STATS:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,7 @@ import msgpack
 from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
+from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
 from protos.specfleet.v1 import worker_pb2 as pb
 from workers.types import EngineInfo, RequestOutput, SamplingParams
 
@@ -107,19 +107,14 @@ class WorkerInfo:
 
 
 def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
-    return struct.pack(f"<{len(tokens)}I", *tokens)
+    return pack_u32(tokens)
 
 
 def unpack_tokens(data: object, field_name: str) -> list[int]:
-    if not isinstance(data, bytes):
-        raise WireError(
-            INVALID_ARGUMENT, field_name, f"expected packed uint32 bytes, got {type(data).__name__}"
-        )
-    if len(data) % 4:
-        raise WireError(
-            INVALID_ARGUMENT, field_name, f"length {len(data)} is not a multiple of 4 (uint32 LE)"
-        )
-    return list(struct.unpack(f"<{len(data) // 4}I", data))
+    try:
+        return unpack_u32(data)
+    except ValueError as e:
+        raise WireError(INVALID_ARGUMENT, field_name, str(e)) from None
 
 
 def _payload(content_type: str, body: object) -> pb.Payload:
@@ -330,7 +325,7 @@ def _output_to_wire(out: RequestOutput) -> dict[str, Any]:
     event: dict[str, Any] = {"id": out.request_id, "type": "finish" if out.finished else "delta"}
     event["tokens"] = pack_tokens(out.new_tokens)
     if out.new_logprobs is not None:
-        event["logprobs"] = struct.pack(f"<{len(out.new_logprobs)}f", *out.new_logprobs)
+        event["logprobs"] = pack_f32(out.new_logprobs)
     if out.finished:
         event["finish_reason"] = out.finish_reason
         if out.error is not None:
@@ -379,9 +374,7 @@ def decode_events(
             finished=ev.get("type") == "finish",
             finish_reason=ev.get("finish_reason"),
             error=ev.get("error"),
-            new_logprobs=list(struct.unpack(f"<{len(logprobs) // 4}f", logprobs))
-            if logprobs
-            else None,
+            new_logprobs=unpack_f32(logprobs) if logprobs else None,
         )
         for k, v in ev.get("stats", {}).items():
             if k in _STATS_KEYS:
