@@ -23,25 +23,10 @@ def load(name: str) -> dict[str, Any] | None:
 
 
 def plot_batch(data: dict, temp: str, title: str, png: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = data["batch"][temp]
     bs = sorted(rows, key=int)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in rows[bs[0]]:
-        ax.plot([int(b) for b in bs], [rows[b][name]["tokens_per_s"] for b in bs], "o-", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("tokens/s")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(RESULTS / png, dpi=110)
-    plt.close(fig)
-    return png
+    series = {name: [rows[b][name]["tokens_per_s"] for b in bs] for name in rows[bs[0]]}
+    return plot_lines([int(b) for b in bs], series, "batch size", "tokens/s", title, png, logx=True)
 
 
 def plot_lines(
