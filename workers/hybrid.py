@@ -73,17 +73,10 @@ class RaggedStateCache:
             self.conv, self.state = self.conv[rows], self.state[rows]
 
     def append_rows(self, other: RaggedStateCache, num_self: int, num_other: int) -> None:
-        def cat(mine: mx.array | None, theirs: mx.array | None) -> mx.array | None:
-            if mine is None and theirs is None:
-                return None
-            if mine is None:
-                assert theirs is not None
-                mine = mx.zeros((num_self,) + theirs.shape[1:], theirs.dtype)
-            if theirs is None:
-                theirs = mx.zeros((num_other,) + mine.shape[1:], mine.dtype)
-            return mx.concatenate([mine, theirs])
+        from workers.kv_cache import concat_rows
 
-        self.conv, self.state = cat(self.conv, other.conv), cat(self.state, other.state)
+        self.conv = concat_rows(self.conv, other.conv, num_self, num_other)
+        self.state = concat_rows(self.state, other.state, num_self, num_other)
 
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.conv, self.state) if a is not None]

@@ -96,25 +96,14 @@ class RaggedKVCache:
         self.values = self.values[rows, :, :cap]
 
     def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
-        if other.keys is None:
-            if self.keys is not None and self.values is not None:
-                self.keys, self.values = _pad_rows(self.keys, self.values, num_other)
-            return
-        assert other.values is not None
-        if self.keys is None:
-            other_k, other_v = other.keys, other.values
-            if num_self:
-                # Rows that never ran a forward still need slots of the right shape.
-                z_k = mx.zeros((num_self,) + other_k.shape[1:], other_k.dtype)
-                z_v = mx.zeros((num_self,) + other_v.shape[1:], other_v.dtype)
-                other_k = mx.concatenate([z_k, other_k])
-                other_v = mx.concatenate([z_v, other_v])
-            self.keys, self.values = other_k, other_v
-            return
-        assert self.values is not None
-        cap = max(self.keys.shape[2], other.keys.shape[2])
-        self.keys = mx.concatenate([_pad_slots(self.keys, cap), _pad_slots(other.keys, cap)])
-        self.values = mx.concatenate([_pad_slots(self.values, cap), _pad_slots(other.values, cap)])
+        mine_k, mine_v, their_k, their_v = self.keys, self.values, other.keys, other.values
+        if mine_k is not None and their_k is not None:
+            assert mine_v is not None and their_v is not None
+            cap = max(mine_k.shape[2], their_k.shape[2])
+            mine_k, mine_v = _pad_slots(mine_k, cap), _pad_slots(mine_v, cap)
+            their_k, their_v = _pad_slots(their_k, cap), _pad_slots(their_v, cap)
+        self.keys = concat_rows(mine_k, their_k, num_self, num_other)
+        self.values = concat_rows(mine_v, their_v, num_self, num_other)
 
 
 def _pad_slots(x: mx.array, cap: int) -> mx.array:
@@ -123,10 +112,19 @@ def _pad_slots(x: mx.array, cap: int) -> mx.array:
     return mx.pad(x, [(0, 0), (0, 0), (0, cap - x.shape[2]), (0, 0)])
 
 
-def _pad_rows(k: mx.array, v: mx.array, n: int) -> tuple[mx.array, mx.array]:
-    zk = mx.zeros((n,) + k.shape[1:], k.dtype)
-    zv = mx.zeros((n,) + v.shape[1:], v.dtype)
-    return mx.concatenate([k, zk]), mx.concatenate([v, zv])
+def concat_rows(
+    mine: mx.array | None, theirs: mx.array | None, num_self: int, num_other: int
+) -> mx.array | None:
+    """Stack two groups of rows; a group that never ran a forward (no array yet) gets zeros
+    of the other's shape, so every row keeps a slot."""
+    if mine is None and theirs is None:
+        return None
+    if mine is None:
+        assert theirs is not None
+        mine = mx.zeros((num_self,) + theirs.shape[1:], theirs.dtype)
+    if theirs is None:
+        theirs = mx.zeros((num_other,) + mine.shape[1:], mine.dtype)
+    return mx.concatenate([mine, theirs])
 
 
 class BatchCache:
