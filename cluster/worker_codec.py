@@ -14,17 +14,19 @@ from typing import Any
 
 import msgpack
 
-from protos.packing import pack_u32, unpack_f32, unpack_u32
+from protos.packing import unpack_f32, unpack_u32
 from protos.specfleet.v1 import worker_pb2 as pb
+from protos.worker_schema import (
+    CT_BATCH,
+    CT_EVENTS,
+    CT_INFO,
+    SCHEMA_VERSION,
+    STATS_KEYS,
+    submit_to_wire,
+)
 from workers.types import EngineInfo, RequestOutput, SamplingParams
 
-SCHEMA_VERSION = 1
-CT_BATCH = "application/vnd.specfleet.batch+msgpack"
-CT_EVENTS = "application/vnd.specfleet.events+msgpack"
-CT_INFO = "application/vnd.specfleet.info+msgpack"
 MAX_BODY_BYTES = 64 * 1024 * 1024
-_STATS = ("num_prompt_tokens", "num_generated_tokens", "num_draft_tokens", "num_accepted_tokens")
-_PARAM_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
 _INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}
 
 
@@ -56,10 +58,6 @@ class WorkerStatus:
     engine: EngineInfo
 
 
-def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
-    return pack_u32(tokens)
-
-
 def unpack_tokens(data: object, where: str) -> list[int]:
     try:
         return unpack_u32(data)
@@ -74,29 +72,12 @@ def unpack_logprobs(data: object, where: str) -> list[float]:
         raise WorkerWireError(f"{where}: {e}") from None
 
 
-def _params(params: SamplingParams) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, default in _PARAM_DEFAULTS.items():
-        value = getattr(params, name)
-        if value == default:
-            continue  # defaults stay implicit
-        if name == "stop":
-            value = [s if isinstance(s, str) else pack_tokens(s) for s in value]
-        elif name == "stop_token_ids":
-            value = pack_tokens(value)
-        out[name] = value
-    return out
-
-
 def encode_session_request(
     submit: list[WorkerSubmit], abort: list[str] | None = None
 ) -> pb.SessionRequest:
     body: dict[str, Any] = {}
     if submit:
-        body["submit"] = [
-            {"id": r.request_id, "prompt": pack_tokens(r.prompt), "params": _params(r.params)}
-            for r in submit
-        ]
+        body["submit"] = [submit_to_wire(r.request_id, r.prompt, r.params) for r in submit]
     if abort:
         body["abort"] = list(abort)
     payload = pb.Payload(
@@ -159,7 +140,7 @@ def decode_session_event(msg: pb.SessionEvent) -> list[RequestOutput | WorkerRej
             new_logprobs=None if lp is None else unpack_logprobs(lp, f"events[{i}].logprobs"),
         )
         stats = ev.get("stats") or {}
-        for k in _STATS:
+        for k in STATS_KEYS:
             if isinstance(stats.get(k), int):
                 setattr(ro, k, stats[k])
         out.append(ro)

@@ -1,9 +1,9 @@
 """The one place where worker wire messages become dataclasses and back.
 
 Protobuf (protos/specfleet/v1/worker.proto) is the envelope; bodies are msgpack maps with a
-content type and schema version; token ids are packed little-endian uint32 `bin` values. Both
-directions live here so the scheduler can reuse the encoders: this module imports neither mlx
-nor grpc. Decoding is strict (unknown keys and protobuf fields are refused) and bounded
+content type and schema version; token ids are packed little-endian uint32 `bin` values. The
+body schema the scheduler's codec shares (content types, submit items, SamplingParams maps,
+`WireError`) is protos/worker_schema.py; this module imports neither mlx nor grpc. Decoding is strict (unknown keys and protobuf fields are refused) and bounded
 (`CodecLimits`); failures raise `WireError` naming the field, which the server maps to a gRPC
 status. Per-request problems (bad params, bad tokens) are returned as `RequestError`s so that
 one bad request never fails its batch.
@@ -12,8 +12,6 @@ one bad request never fails its batch.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,28 +19,30 @@ import msgpack
 from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
-from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
+from protos.packing import pack_f32, pack_u32, unpack_f32
 from protos.specfleet.v1 import worker_pb2 as pb
+from protos.worker_schema import (
+    CT_BATCH,
+    CT_EVENTS,
+    CT_INFO,
+    INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED,
+    SCHEMA_VERSION,
+    STATS_KEYS,
+    SUBMIT_KEYS,
+    WireError,
+    expect_list,
+    expect_map,
+    submit_to_wire,
+    unpack_tokens,
+)
+from protos.worker_schema import params_from_wire as _params_from_wire
 from workers.types import EngineInfo, RequestOutput, SamplingParams
 
-SCHEMA_VERSION = 1
-CT_BATCH = "application/vnd.specfleet.batch+msgpack"
-CT_EVENTS = "application/vnd.specfleet.events+msgpack"
-CT_INFO = "application/vnd.specfleet.info+msgpack"
-
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 UNAVAILABLE = "UNAVAILABLE"
 INTERNAL = "INTERNAL"
 
-_PARAM_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
 _INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}
-_STATS_KEYS = (
-    "num_prompt_tokens",
-    "num_generated_tokens",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-)
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,6 @@ class CodecLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"CodecLimits.{f.name}={value!r} is invalid: pass an int > 0")
-
-
-class WireError(Exception):
-    """A message that cannot be accepted at all; maps to a gRPC status in the server."""
-
-    def __init__(self, code: str, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.code = code
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -108,13 +98,6 @@ class WorkerInfo:
 
 def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
     return pack_u32(tokens)
-
-
-def unpack_tokens(data: object, field_name: str) -> list[int]:
-    try:
-        return unpack_u32(data)
-    except ValueError as e:
-        raise WireError(INVALID_ARGUMENT, field_name, str(e)) from None
 
 
 def _payload(content_type: str, body: object) -> pb.Payload:
@@ -192,27 +175,6 @@ def unpack_body(body: bytes, field_name: str, limits: CodecLimits) -> Any:
     return obj
 
 
-def _expect_map(obj: object, name: str, allowed: set[str] | dict) -> dict:
-    if not isinstance(obj, dict):
-        raise WireError(INVALID_ARGUMENT, name, f"expected a map, got {type(obj).__name__}")
-    extra = sorted(str(k) for k in obj if k not in allowed)
-    if extra:
-        raise WireError(
-            INVALID_ARGUMENT,
-            f"{name}.{extra[0]}",
-            f"unknown key; allowed keys are {sorted(allowed)}",
-        )
-    return obj
-
-
-def _expect_list(obj: object, name: str, max_len: int) -> list:
-    if not isinstance(obj, list):
-        raise WireError(INVALID_ARGUMENT, name, f"expected an array, got {type(obj).__name__}")
-    if len(obj) > max_len:
-        raise WireError(RESOURCE_EXHAUSTED, name, f"{len(obj)} entries exceeds the limit {max_len}")
-    return obj
-
-
 def _expect_id(obj: object, name: str, limits: CodecLimits) -> str:
     if not isinstance(obj, str) or not obj:
         raise WireError(
@@ -230,59 +192,15 @@ def _expect_id(obj: object, name: str, limits: CodecLimits) -> str:
 # ---------------------------------------------------------------- session requests
 
 
-def params_to_wire(params: SamplingParams) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, f in _PARAM_FIELDS.items():
-        value = getattr(params, name)
-        if value == f.default or (
-            f.default_factory is not dataclasses.MISSING and value == f.default_factory()
-        ):
-            continue  # defaults stay implicit; the receiver's SamplingParams fills them
-        if name == "stop":
-            value = [s if isinstance(s, str) else pack_tokens(s) for s in value]
-        elif name == "stop_token_ids":
-            value = pack_tokens(value)
-        out[name] = value
-    return out
-
-
 def params_from_wire(obj: object, name: str, limits: CodecLimits) -> SamplingParams:
     """SamplingParams from a wire map; raises WireError naming the field on any bad value."""
-    kw = dict(_expect_map(obj, name, _PARAM_FIELDS))
-    if "stop" in kw:
-        stops = _expect_list(kw["stop"], f"{name}.stop", limits.max_stop_sequences)
-        kw["stop"] = tuple(
-            s if isinstance(s, str) else tuple(unpack_tokens(s, f"{name}.stop[{i}]"))
-            for i, s in enumerate(stops)
-        )
-    for key in ("ignore_eos", "logprobs"):
-        if key in kw and not isinstance(kw[key], bool):
-            raise WireError(INVALID_ARGUMENT, f"{name}.{key}", f"{kw[key]!r:.40} is not a bool")
-    for key in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty"):
-        if isinstance(kw.get(key), float) and not math.isfinite(kw[key]):
-            raise WireError(
-                INVALID_ARGUMENT, f"{name}.{key}", f"{kw[key]!r} is not a finite number"
-            )
-    if "stop_token_ids" in kw:
-        kw["stop_token_ids"] = tuple(unpack_tokens(kw["stop_token_ids"], f"{name}.stop_token_ids"))
-    try:
-        return SamplingParams(**kw)
-    except (ValueError, TypeError) as e:
-        m = re.match(r"SamplingParams\.(\w+)=", str(e))
-        raise WireError(INVALID_ARGUMENT, f"{name}.{m.group(1)}" if m else name, str(e)) from None
+    return _params_from_wire(obj, name, limits.max_stop_sequences)
 
 
 def encode_batch(submit: list[SubmitRequest], abort: list[str] = ()) -> pb.SessionRequest:  # type: ignore[assignment]
     body: dict[str, Any] = {}
     if submit:
-        body["submit"] = [
-            {
-                "id": r.request_id,
-                "prompt": pack_tokens(r.prompt),
-                "params": params_to_wire(r.params),
-            }
-            for r in submit
-        ]
+        body["submit"] = [submit_to_wire(r.request_id, r.prompt, r.params) for r in submit]
     if abort:
         body["abort"] = list(abort)
     return pb.SessionRequest(payload=_payload(CT_BATCH, body))
@@ -291,18 +209,18 @@ def encode_batch(submit: list[SubmitRequest], abort: list[str] = ()) -> pb.Sessi
 def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
     """Decode serialized SessionRequest bytes. Envelope problems raise WireError; problems
     confined to one identifiable request land in SessionBatch.errors."""
-    body = _expect_map(
+    body = expect_map(
         _parse_envelope(pb.SessionRequest, data, CT_BATCH, limits), "body", {"submit", "abort"}
     )
     batch = SessionBatch()
-    items = _expect_list(body.get("submit", []), "submit", limits.max_requests_per_batch)
+    items = expect_list(body.get("submit", []), "submit", limits.max_requests_per_batch)
     for i, item in enumerate(items):
         where = f"submit[{i}]"
         if not isinstance(item, dict):
             raise WireError(INVALID_ARGUMENT, where, f"expected a map, got {type(item).__name__}")
         request_id = _expect_id(item.get("id"), f"{where}.id", limits)
         try:
-            _expect_map(item, where, {"id", "prompt", "params"})
+            expect_map(item, where, SUBMIT_KEYS)
             if "prompt" not in item:
                 raise WireError(
                     INVALID_ARGUMENT, f"{where}.prompt", "missing; send packed uint32 token ids"
@@ -313,7 +231,7 @@ def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
             batch.errors.append(RequestError(request_id, e.code, e.field, e.message))
             continue
         batch.submit.append(SubmitRequest(request_id, prompt, params))
-    aborts = _expect_list(body.get("abort", []), "abort", limits.max_aborts_per_batch)
+    aborts = expect_list(body.get("abort", []), "abort", limits.max_aborts_per_batch)
     batch.abort = [_expect_id(a, f"abort[{i}]", limits) for i, a in enumerate(aborts)]
     return batch
 
@@ -330,7 +248,7 @@ def _output_to_wire(out: RequestOutput) -> dict[str, Any]:
         event["finish_reason"] = out.finish_reason
         if out.error is not None:
             event["error"] = out.error
-        event["stats"] = {k: getattr(out, k) for k in _STATS_KEYS}
+        event["stats"] = {k: getattr(out, k) for k in STATS_KEYS}
     return event
 
 
@@ -360,7 +278,7 @@ def decode_events(
     body = _parse_envelope(pb.SessionEvent, msg.SerializeToString(), CT_EVENTS, limits)
     out: list[RequestOutput | RequestError] = []
     for i, ev in enumerate(
-        _expect_list(_expect_map(body, "body", {"events"}).get("events"), "events", 1 << 30)
+        expect_list(expect_map(body, "body", {"events"}).get("events"), "events", 1 << 30)
     ):
         if not isinstance(ev, dict):
             raise WireError(INVALID_ARGUMENT, f"events[{i}]", "expected a map")
@@ -377,7 +295,7 @@ def decode_events(
             new_logprobs=unpack_f32(logprobs) if logprobs else None,
         )
         for k, v in ev.get("stats", {}).items():
-            if k in _STATS_KEYS:
+            if k in STATS_KEYS:
                 setattr(ro, k, v)
         out.append(ro)
     return out

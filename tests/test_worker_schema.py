@@ -1,0 +1,116 @@
+"""The worker body schema both sides' codecs share (protos/worker_schema.py): a table of
+SamplingParams round trips and of bad `params` maps, then the scheduler's encoder read by the
+worker's decoder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgpack
+import pytest
+
+from cluster.worker_codec import WorkerSubmit, encode_session_request
+from protos.packing import pack_u32
+from protos.worker_schema import (
+    INVALID_ARGUMENT,
+    PARAM_FIELDS,
+    RESOURCE_EXHAUSTED,
+    WireError,
+    params_from_wire,
+    params_to_wire,
+    submit_to_wire,
+)
+from workers.service.rpc_codec import CodecLimits, decode_batch
+from workers.types import SamplingParams
+
+ROUND_TRIPS = [
+    (SamplingParams(), {}),
+    (SamplingParams(max_tokens=7), {"max_tokens": 7}),
+    (
+        SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=3),
+        {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": 3},
+    ),
+    (
+        SamplingParams(stop=("ab", (4, 5)), stop_token_ids=(9, 2**32 - 1)),
+        {"stop": ["ab", pack_u32([4, 5])], "stop_token_ids": pack_u32([9, 2**32 - 1])},
+    ),
+    (
+        SamplingParams(ignore_eos=True, logprobs=True, draft_depth=2, acceptance="coupled"),
+        {"ignore_eos": True, "logprobs": True, "draft_depth": 2, "acceptance": "coupled"},
+    ),
+    (
+        SamplingParams(repetition_penalty=1.3, presence_penalty=-0.5),
+        {"repetition_penalty": 1.3, "presence_penalty": -0.5},
+    ),
+]
+
+
+@pytest.mark.parametrize("params,wire", ROUND_TRIPS)
+def test_round_trip_sends_only_non_defaults(params: SamplingParams, wire: dict) -> None:
+    assert params_to_wire(params) == wire
+    # Through real msgpack bytes, as on the wire.
+    body = msgpack.unpackb(msgpack.packb(wire, use_bin_type=True), raw=False)
+    assert params_from_wire(body, "params", 64) == params
+
+
+def test_every_field_travels() -> None:
+    """A field added to SamplingParams is carried (a non-default value reaches the reader)."""
+    changed = SamplingParams(
+        max_tokens=3,
+        temperature=0.5,
+        top_p=0.5,
+        top_k=2,
+        min_p=0.2,
+        seed=1,
+        stop=("x",),
+        stop_token_ids=(1,),
+        ignore_eos=True,
+        draft_depth=1,
+        acceptance="exact",
+        repetition_penalty=1.1,
+        presence_penalty=0.4,
+        logprobs=True,
+    )
+    base = SamplingParams()
+    differ = {f for f in PARAM_FIELDS if getattr(changed, f) != getattr(base, f)}
+    assert differ == set(PARAM_FIELDS), f"extend this test: {set(PARAM_FIELDS) - differ}"
+    assert set(params_to_wire(changed)) == set(PARAM_FIELDS)
+    assert params_from_wire(params_to_wire(changed), "p", 64) == changed
+
+
+BAD = [
+    ([], "p", INVALID_ARGUMENT, "expected a map"),
+    ({"nope": 1}, "p.nope", INVALID_ARGUMENT, "unknown key"),
+    ({"max_tokens": 0}, "p.max_tokens", INVALID_ARGUMENT, "max_tokens >= 1"),
+    ({"max_tokens": "9"}, "p.max_tokens", INVALID_ARGUMENT, "positive int"),
+    ({"temperature": float("nan")}, "p.temperature", INVALID_ARGUMENT, "not a finite"),
+    ({"presence_penalty": float("inf")}, "p.presence_penalty", INVALID_ARGUMENT, "not a finite"),
+    ({"logprobs": 1}, "p.logprobs", INVALID_ARGUMENT, "not a bool"),
+    ({"ignore_eos": "yes"}, "p.ignore_eos", INVALID_ARGUMENT, "not a bool"),
+    ({"stop": "abc"}, "p.stop", INVALID_ARGUMENT, "expected an array"),
+    ({"stop": ["a"] * 3}, "p.stop", RESOURCE_EXHAUSTED, "exceeds the limit 2"),
+    ({"stop": [b"\x00" * 5]}, "p.stop[0]", INVALID_ARGUMENT, "length 5"),
+    ({"stop_token_ids": [1, 2]}, "p.stop_token_ids", INVALID_ARGUMENT, "got list"),
+    ({"acceptance": "maybe"}, "p.acceptance", INVALID_ARGUMENT, "use one of"),
+    ({"seed": -1}, "p.seed", INVALID_ARGUMENT, "2**63"),
+]
+
+
+@pytest.mark.parametrize("wire,field,code,needle", BAD)
+def test_bad_params_name_the_field(wire: object, field: str, code: str, needle: str) -> None:
+    with pytest.raises(WireError) as e:
+        params_from_wire(wire, "p", max_stop_sequences=2)
+    assert (e.value.field, e.value.code) == (field, code)
+    assert needle in e.value.message
+
+
+def test_scheduler_encoder_is_read_by_the_worker_decoder() -> None:
+    params = [p for p, _ in ROUND_TRIPS]
+    submits = [WorkerSubmit(f"r{i}~1", [i + 1, 2, 3], p) for i, p in enumerate(params)]
+    raw = encode_session_request(submits, ["gone~1"]).SerializeToString()
+    batch = decode_batch(raw, CodecLimits())
+    assert not batch.errors and batch.abort == ["gone~1"]
+    got = [(r.request_id, r.prompt, r.params) for r in batch.submit]
+    assert got == [(s.request_id, s.prompt, s.params) for s in submits]
+    item = submit_to_wire("x", [1], dataclasses.replace(SamplingParams(), top_k=3))
+    assert item == {"id": "x", "prompt": pack_u32([1]), "params": {"top_k": 3}}
