@@ -8,9 +8,10 @@ Exactly-once: each dispatch of a request is an *attempt* with its own wire id
 "<request id>~<attempt>". Only events of the current attempt are applied, each new token is
 appended to the request's committed output once, and when a worker's stream breaks every
 request in flight there is re-queued (ahead of the queue bound) with its committed prefix
-(prompt + tokens emitted so far) as the new prompt and max_tokens reduced by what was emitted.
-Greedy and position-keyed seeded sampling depend only on that prefix, so the client sees the
-same tokens as in a run without the fault.
+(prompt + tokens emitted so far) as the new prompt, max_tokens reduced by what was emitted and
+SamplingParams.num_resumed_tokens saying how much of that prompt is output (presence_penalty
+counts it as output). Greedy and position-keyed seeded sampling depend only on that prefix, so
+the client sees the same tokens as in a run without the fault.
 """
 
 from __future__ import annotations
@@ -279,7 +280,12 @@ class Scheduler:
             self._wire[state.wire_id] = state.request_id
             slot.inflight[state.wire_id] = state.request_id
             slot.kv_inflight += p.kv_tokens
-            params = dataclasses.replace(state.params, max_tokens=state.remaining)
+            # The committed output travels as prompt; the worker still counts it as output.
+            params = dataclasses.replace(
+                state.params,
+                max_tokens=state.remaining,
+                num_resumed_tokens=state.params.num_resumed_tokens + len(state.tokens),
+            )
             submits.append(WorkerSubmit(state.wire_id, state.committed_prefix, params))
         self.metrics.batch_size.observe(len(batch.requests))
         self.metrics.padding_ratio.observe(batch.padding_ratio)

@@ -39,8 +39,8 @@ ROUND_TRIPS = [
         {"ignore_eos": True, "logprobs": True, "draft_depth": 2, "acceptance": "coupled"},
     ),
     (
-        SamplingParams(repetition_penalty=1.3, presence_penalty=-0.5),
-        {"repetition_penalty": 1.3, "presence_penalty": -0.5},
+        SamplingParams(repetition_penalty=1.3, presence_penalty=-0.5, num_resumed_tokens=12),
+        {"repetition_penalty": 1.3, "presence_penalty": -0.5, "num_resumed_tokens": 12},
     ),
 ]
 
@@ -70,6 +70,7 @@ def test_every_field_travels() -> None:
         repetition_penalty=1.1,
         presence_penalty=0.4,
         logprobs=True,
+        num_resumed_tokens=5,
     )
     base = SamplingParams()
     differ = {f for f in PARAM_FIELDS if getattr(changed, f) != getattr(base, f)}
@@ -93,6 +94,7 @@ BAD = [
     ({"stop_token_ids": [1, 2]}, "p.stop_token_ids", INVALID_ARGUMENT, "got list"),
     ({"acceptance": "maybe"}, "p.acceptance", INVALID_ARGUMENT, "use one of"),
     ({"seed": -1}, "p.seed", INVALID_ARGUMENT, "2**63"),
+    ({"num_resumed_tokens": -2}, "p.num_resumed_tokens", INVALID_ARGUMENT, "int >= 0"),
 ]
 
 

@@ -28,6 +28,13 @@ class Row:
     error: str | None = None
     finish_sent: bool = False  # the finished event went out
 
+    def __post_init__(self) -> None:
+        if self.params.num_resumed_tokens > self.prompt_len:
+            raise ValueError(
+                f"SamplingParams.num_resumed_tokens={self.params.num_resumed_tokens} is invalid "
+                f"for a prompt of {self.prompt_len} tokens: pass at most the prompt length"
+            )
+
     @property
     def output(self) -> list[int]:
         return self.history[self.prompt_len :]

@@ -35,6 +35,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     logprobs: bool = False
+    # Trailing prompt tokens that are this request's own output from an earlier attempt: a
+    # requeued request resends prompt + committed output as its prompt, and presence_penalty
+    # must still count those tokens as output for the tokens to equal an uninterrupted run.
+    num_resumed_tokens: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, fix: str) -> ValueError:
@@ -79,6 +83,16 @@ class SamplingParams:
         ):
             raise bad(
                 "presence_penalty", self.presence_penalty, "use a finite float; 0 disables it"
+            )
+        if (
+            isinstance(self.num_resumed_tokens, bool)
+            or not isinstance(self.num_resumed_tokens, int)
+            or self.num_resumed_tokens < 0
+        ):
+            raise bad(
+                "num_resumed_tokens",
+                self.num_resumed_tokens,
+                "pass an int >= 0 (0 unless the prompt ends with earlier output)",
             )
         stops = tuple(s if isinstance(s, str) else tuple(s) for s in self.stop)
         for s in stops:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -29,17 +30,19 @@ class Harness:
         token=None,
         worker_tls=None,
         link: LinkConfig | None = None,
+        make_engine: Callable[[], Any] | None = None,  # default: FakeEngine(step_delay_s)
     ):
         self.n, self.step_delay_s, self.token = n, step_delay_s, token
+        self.make_engine = make_engine or (lambda: FakeEngine(step_delay_s=self.step_delay_s))
         self.worker_tls = worker_tls
         self.link = link or LinkConfig(auth_token=token, reconnect_s=0.05)
-        self.engines: list[FakeEngine] = []
+        self.engines: list[Any] = []
         self.servers: list[WorkerServer | None] = []
         self.sched = Scheduler(SchedulerConfig(PolicyConfig(max_queue=max_queue)))
         self.links: list[GrpcWorkerLink] = []
 
     def start_server(self, i: int) -> WorkerServer:
-        eng = FakeEngine(step_delay_s=self.step_delay_s)
+        eng = self.make_engine()
         cfg = WorkerServerConfig(
             metrics_port=None, worker_id=f"w{i}", auth_token=self.token, tls=self.worker_tls
         )

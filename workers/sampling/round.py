@@ -79,7 +79,9 @@ class RoundSampling:
         seen = generated = None
         if bs.any_penalty:
             seen = token_presence(histories, vocab_size)
-            outs = [h[n:] for h, n in zip(histories, prompt_lens, strict=True)]
+            # A resumed (requeued) row's last num_resumed_tokens prompt tokens are output too.
+            starts = [n - p.num_resumed_tokens for p, n in zip(params, prompt_lens, strict=True)]
+            outs = [h[s:] for h, s in zip(histories, starts, strict=True)]
             generated = token_presence(outs, vocab_size)
         return cls(
             bs=bs,

@@ -3,6 +3,8 @@ as `tests.workers.service.real_engine:make_engine`)."""
 
 from __future__ import annotations
 
+import time
+
 from workers import Engine, ModelDrafter
 
 
@@ -49,3 +51,22 @@ class _Fragile:
 
 def make_fragile_engine(**kwargs) -> _Fragile:
     return _Fragile(make_engine(**kwargs))
+
+
+class _Slow:
+    """The real engine with a pause before each step, so a test can act mid-generation."""
+
+    def __init__(self, engine: Engine, step_delay_s: float) -> None:
+        self._engine = engine
+        self._delay = step_delay_s
+
+    def step(self):
+        time.sleep(self._delay)
+        return self._engine.step()
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+
+def make_slow_engine(step_delay_s: float = 0.05, **kwargs) -> _Slow:
+    return _Slow(make_engine(**kwargs), step_delay_s)
