@@ -13,12 +13,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from cluster import gateway_codec as codec
 from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.scheduler import Scheduler
+from protos.health import ServerHealth
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
 from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
@@ -251,7 +250,7 @@ class GatewayServer:
         self.info_extra = info_extra
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._health: health.aio.HealthServicer | None = None
+        self._health: ServerHealth | None = None
 
     @property
     def address(self) -> str:
@@ -270,11 +269,7 @@ class GatewayServer:
         server.add_generic_rpc_handlers(
             (_handlers(GatewayServicer(self.scheduler, self.info_extra)),)
         )
-        self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        self._health = ServerHealth(server, SERVICE_NAME)
         bind = f"{cfg.host}:{cfg.port}"
         if cfg.tls is not None:
             self.port = server.add_secure_port(bind, cfg.tls.server_credentials())
@@ -289,13 +284,7 @@ class GatewayServer:
 
     async def set_serving(self, serving: bool) -> None:
         assert self._health is not None
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self._health.set(name, status)
+        await self._health.set_serving(serving)
 
     async def stop(self, grace: float = 5.0) -> None:
         if self._server is not None:

@@ -17,9 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from protos.health import ServerHealth
 from protos.specfleet.v1 import worker_pb2 as pb
 from workers.service import rpc_codec as codec
 from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig, WorkerUnavailable
@@ -105,7 +104,7 @@ class WorkerServer:
             target=self._aloop.run_forever, name="specfleet-grpc", daemon=True
         )
         self._server: grpc.aio.Server | None = None
-        self._health: health.aio.HealthServicer | None = None
+        self._health: ServerHealth | None = None
         self._num_sessions = 0
         self._stopped = threading.Event()
 
@@ -198,12 +197,8 @@ class WorkerServer:
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
         )
-        self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        self._health = ServerHealth(self._server, SERVICE_NAME)
         await self._set_health(False)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
-        )
         bind = f"{cfg.host}:{cfg.port}"
         if cfg.tls is not None:
             self.port = self._server.add_secure_port(bind, cfg.tls.server_credentials())
@@ -215,13 +210,7 @@ class WorkerServer:
 
     async def _set_health(self, serving: bool) -> None:
         assert self._health is not None
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self._health.set(name, status)
+        await self._health.set_serving(serving)
 
     async def _info(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.InfoResponse:
         try:
