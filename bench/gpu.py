@@ -22,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from bench.engine import run_batch_generator
-from tests.tiny import OracleDrafter
+from bench.forced_drafter import ForcedDrafter
 from workers import Engine, SamplingParams
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
@@ -111,8 +111,8 @@ def main() -> None:
         refs = {tuple(p): o.tokens for p, o in zip(prompts, outs)}
 
         def forced(refs: dict = refs, B: int = B) -> Engine:
-            oracle = OracleDrafter(refs, vocab=32000, every=10**9)
-            return Engine(model, None, drafter=oracle, max_batch_size=B, draft_depth=args.depth)
+            drafter = ForcedDrafter(refs, vocab=32000)
+            return Engine(model, None, drafter=drafter, max_batch_size=B, draft_depth=args.depth)
 
         forced().generate(prompts, sp)  # warm-up
         t0 = time.perf_counter()

@@ -11,6 +11,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_map
 
+from bench.forced_drafter import ForcedDrafter
+
 VOCAB = 256
 
 
@@ -145,7 +147,7 @@ def make_tiny_tokenizer():
     return TokenizerWrapper(fast)
 
 
-class OracleDrafter:
+class OracleDrafter(ForcedDrafter):
     """Test drafter: proposes the reference continuation, corrupting some drafts on purpose.
 
     A stand-in for a real drafter where the test is about the target side (rollback of
@@ -154,36 +156,9 @@ class OracleDrafter:
     """
 
     name = "oracle"
-    needs_target_hidden = False
 
     def __init__(self, refs: dict[tuple[int, ...], list[int]], vocab: int = VOCAB, every: int = 3):
-        self.refs, self.vocab, self.every = refs, vocab, every
-
-    def add_rows(self, histories, hidden=None) -> None:
-        pass
-
-    def keep_rows(self, keep) -> None:
-        pass
-
-    def commit(self, num_accepted, hidden=None) -> None:
-        pass
-
-    def propose(self, request):
-        from workers.drafters.base import Proposal
-
-        depths = np.asarray(request.depths)
-        K = int(depths.max(initial=0))
-        tokens = np.zeros((len(depths), K), dtype=np.int32)
-        counts = np.zeros(len(depths), dtype=np.int64)
-        for r, (h, k) in enumerate(zip(request.histories, depths)):
-            prompt = next(p for p in self.refs if tuple(h[: len(p)]) == p)
-            pos = len(h) - len(prompt)
-            cont = self.refs[prompt][pos : pos + int(k)]
-            for j, t in enumerate(cont):
-                wrong = (sum(prompt) + 7 * (pos + j)) % self.every == 0
-                tokens[r, j] = (t + 1) % self.vocab if wrong else t
-            counts[r] = len(cont)
-        return Proposal(tokens=tokens, counts=counts)
+        super().__init__(refs, vocab, corrupt_every=every)
 
 
 def fit_mtp_head(target, steps: int = 80, seed: int = 0):
