@@ -54,6 +54,13 @@ def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
         "--max-body-mb", type=float, default=64.0, help="msgpack max_buffer_size per body"
     )
     g.add_argument(
+        "--max-session-backlog-tokens",
+        type=int,
+        default=65536,
+        help="tokens of events a session's client may leave unread before its stream ends "
+        "with RESOURCE_EXHAUSTED",
+    )
+    g.add_argument(
         "--drain-grace", type=float, default=30.0, help="seconds to finish requests on SIGTERM"
     )
     g = p.add_argument_group("security")
@@ -98,6 +105,7 @@ def configs_from_args(args: argparse.Namespace):  # -> tuple[EngineSpec, WorkerS
         worker_id=args.worker_id,
         model_name=spec.model_name,
         max_receive_message_bytes=int(args.max_message_mb * 1024 * 1024),
+        max_session_backlog_tokens=args.max_session_backlog_tokens,
         limits=CodecLimits(max_body_bytes=int(args.max_body_mb * 1024 * 1024)),
         auth_token=token or None,
         tls=tls,

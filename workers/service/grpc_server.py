@@ -2,8 +2,8 @@
 
 A grpc.aio server runs on its own event-loop thread; the engine runs on the EngineLoop thread.
 They meet only through the loop's command queue (handler -> engine) and non-blocking sinks
-(engine -> `call_soon_threadsafe` -> a per-session asyncio.Queue), so neither waits on the
-other. Handlers take raw bytes (no generated deserializer) so malformed protobuf becomes
+(engine -> `call_soon_threadsafe` -> a per-session, bounded SessionOutbox), so neither waits
+on the other. Handlers take raw bytes (no generated deserializer) so malformed protobuf becomes
 INVALID_ARGUMENT naming the message, not gRPC's generic INTERNAL.
 """
 
@@ -24,6 +24,7 @@ from workers.service import rpc_codec as codec
 from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig, WorkerUnavailable
 from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 from workers.service.metrics import WorkerMetrics
+from workers.service.outbox import SessionOutbox
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class WorkerServerConfig:
     max_receive_message_bytes: int = 16 * 1024 * 1024  # gRPC default is 4 MiB
     max_send_message_bytes: int = 64 * 1024 * 1024
     max_concurrent_sessions: int = 256
+    # Tokens of events a session's client may leave unread (it reads slower than the worker
+    # generates); past it the session's requests are aborted and its stream ends with
+    # RESOURCE_EXHAUSTED (workers/service/outbox.py).
+    max_session_backlog_tokens: int = 65536
     limits: codec.CodecLimits = field(default_factory=codec.CodecLimits)
     loop: EngineLoopConfig = field(default_factory=EngineLoopConfig)
     auth_token: str | None = None
@@ -61,6 +66,7 @@ class WorkerServerConfig:
             "max_receive_message_bytes",
             "max_send_message_bytes",
             "max_concurrent_sessions",
+            "max_session_backlog_tokens",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -238,22 +244,23 @@ class WorkerServer:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"max_concurrent_sessions={self.config.max_concurrent_sessions} reached; reuse a session",
             )
-        aloop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[object] = asyncio.Queue()
+        session_id = 0
 
-        def sink(items: object) -> None:  # engine thread -> this event loop; never blocks
-            aloop.call_soon_threadsafe(inbox.put_nowait, items)
+        def overflow() -> None:  # the client fell behind: stop generating for this session
+            log.warning("session %s: client fell behind; aborting its requests", session_id)
+            loop.close_session(session_id)
 
-        session_id = loop.open_session(sink)
+        outbox = SessionOutbox(
+            asyncio.get_running_loop(), self.config.max_session_backlog_tokens, overflow
+        )
+        session_id = loop.open_session(outbox.sink)
         pending: set[str] = set()  # client ids submitted and not yet finished
-        reader = asyncio.ensure_future(self._read(requests, session_id, inbox, pending))
+        reader = asyncio.ensure_future(self._read(requests, session_id, outbox, pending))
         self._num_sessions += 1
         try:
             half_closed = False
             while not (half_closed and not pending):
-                items = [await inbox.get()]
-                while not inbox.empty():
-                    items.append(inbox.get_nowait())
+                items = await outbox.take()
                 events: list = []
                 for item in items:
                     if item is _HALF_CLOSE:
@@ -282,17 +289,19 @@ class WorkerServer:
         self,
         requests: AsyncIterator[bytes],
         session_id: int,
-        inbox: asyncio.Queue[object],
+        outbox: SessionOutbox,
         pending: set[str],
     ) -> None:
         loop = self.engine_loop
         assert loop is not None
         try:
             async for raw in requests:
+                if outbox.overflowed:
+                    return  # the stream is ending: take no more work for it
                 try:
                     batch = codec.decode_batch(raw, self.config.limits)
                 except codec.WireError as e:
-                    inbox.put_nowait(e)
+                    outbox.put(e)
                     return
                 local = _LocalErrors(batch.errors)
                 fresh = []
@@ -312,13 +321,13 @@ class WorkerServer:
                 loop.submit(session_id, fresh)  # before aborts, so "submit X, abort X" aborts X
                 loop.abort(session_id, [rid for rid in batch.abort if rid in pending])
                 if local:
-                    inbox.put_nowait(local)
-            inbox.put_nowait(_HALF_CLOSE)
+                    outbox.put(local)
+            outbox.put(_HALF_CLOSE)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the request stream broke; the handler's finally aborts our rows
             log.debug("session %s read failed: %r", session_id, e)
-            inbox.put_nowait(
+            outbox.put(
                 codec.WireError(
                     codec.UNAVAILABLE, "SessionRequest", f"request stream failed: {e!r}"
                 )
