@@ -141,9 +141,33 @@ def load_mlx_vlm(model_dir: Path) -> VlmModel:
 
 
 def mlx_vlm_batch(
+    vlm: VlmModel,
+    prompts: list[list[int]],
+    max_tokens: int,
+    B: int,
+    depth: int,
+    mtp: bool,
+    clamp: bool = True,
+) -> Run:
+    """mlx-vlm's BatchGenerator, greedy (sampler=None); with mtp, its batched MTP rounds.
+
+    clamp=False is a diagnostic, not how mlx-vlm ships: its Qwen3.5 target declares
+    `requires_uniform_batch_acceptance`, which clamps every row of a round to the batch's
+    minimum accept count; switching that off for one run measures what the clamp costs and
+    whether outputs stay identical without it.
+    """
+    lm = vlm.model.language_model
+    if not clamp:
+        lm.requires_uniform_batch_acceptance = False  # instance attribute shadows the class one
+    try:
+        return _mlx_vlm_batch(vlm, prompts, max_tokens, B, depth, mtp)
+    finally:
+        lm.__dict__.pop("requires_uniform_batch_acceptance", None)
+
+
+def _mlx_vlm_batch(
     vlm: VlmModel, prompts: list[list[int]], max_tokens: int, B: int, depth: int, mtp: bool
 ) -> Run:
-    """mlx-vlm's BatchGenerator, greedy (sampler=None); with mtp, its batched MTP rounds."""
     from mlx_vlm.generate.ar import BatchGenerator
     from mlx_vlm.speculative.common import speculative_stats_snapshot
 

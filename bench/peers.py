@@ -39,11 +39,16 @@ SYSTEMS = (
     "mlx_lm_batch_generator",
     "mlx_vlm_plain",
     "mlx_vlm_mtp",
+    "mlx_vlm_mtp_noclamp",  # diagnostic: mlx-vlm with its min-accept clamp switched off
     "specfleet_plain",
     "specfleet_mtp",
 )
 BASELINE = "mlx_lm_batch_generator"
-OWN_PLAIN = {"mlx_vlm_mtp": "mlx_vlm_plain", "specfleet_mtp": "specfleet_plain"}
+OWN_PLAIN = {
+    "mlx_vlm_mtp": "mlx_vlm_plain",
+    "mlx_vlm_mtp_noclamp": "mlx_vlm_plain",
+    "specfleet_mtp": "specfleet_plain",
+}
 
 
 def make_prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -100,7 +105,8 @@ class Peers:
         if name.startswith("specfleet"):
             return R.specfleet(self.model_dir, p, n, B, k, mtp=name.endswith("mtp"))
         assert self.vlm is not None, name
-        return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=name.endswith("mtp"))
+        mtp, clamp = "_mtp" in name, not name.endswith("noclamp")
+        return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=mtp, clamp=clamp)
 
 
 def main() -> None:

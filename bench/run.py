@@ -35,6 +35,10 @@ def main() -> None:
     run(["-m", "bench.sampling", "--out", str(RESULTS / "sampling_cpu.json")])
     run(["bench/cluster_overhead.py", "--prompts", n, "--max-tokens", toks,
          "--out", str(RESULTS / "cluster_overhead_cpu.json")])  # fmt: skip
+    # Peers on one Qwen3.5-shape model (mlx-vlm only where it installs: see bench/README.md).
+    reps, peer_toks = ("1", "32") if args.quick else ("3", "48")
+    run(["-m", "bench.peers", "--repeats", reps, "--max-tokens", peer_toks,
+         "--out", str(RESULTS / "peers_cpu.json")])  # fmt: skip
     run(["bench/report.py"])
 
 
