@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -98,8 +99,8 @@ class Peers:
     def systems(self) -> list[str]:
         return [s for s in SYSTEMS if self.vlm is not None or not s.startswith("mlx_vlm")]
 
-    def run(self, name: str, B: int) -> R.Run:
-        p, n, k = self.prompts, self.max_tokens, self.depth
+    def run(self, name: str, B: int, max_tokens: int | None = None) -> R.Run:
+        p, n, k = self.prompts, max_tokens or self.max_tokens, self.depth
         if name == "mlx_lm_batch_generator":
             return R.mlx_lm_batch(self.mlx_lm_model, p, n, B)
         if name.startswith("specfleet"):
@@ -121,6 +122,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "peers_cpu.json"))
     args = ap.parse_args()
 
+    load_start = os.getloadavg()
     shape = shape_from_args(args)
     model_dir = Path(args.model_dir or ROOT / "bench" / "out" / f"peer_model_{args.preset}")
     t0 = time.perf_counter()
@@ -137,8 +139,17 @@ def main() -> None:
     ref, gaps = R.reference_greedy(peers.mlx_lm_model, prompts, args.max_tokens)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     names = peers.systems()
-    for name in names:  # warm-up: first calls allocate buffers and build kernels
-        peers.run(name, max(batch_sizes))
+    # Warm-up, every B and system: compiled kernels (mx.compile) are built per shape. A system
+    # that fails here (e.g. a peer on a backend it does not support) is recorded and dropped.
+    failed: dict[str, str] = {}
+    for B in batch_sizes:
+        for name in [n for n in names if n not in failed]:
+            try:
+                peers.run(name, B, max_tokens=min(args.max_tokens, 4 * args.depth))
+            except Exception as e:  # noqa: BLE001 - the report says which system failed and how
+                failed[name] = f"B={B}: {type(e).__name__}: {e}"
+                print(f"{name} failed, dropped: {failed[name]}", flush=True)
+    names = [n for n in names if n not in failed]
     runs: dict[tuple[int, str], list[R.Run]] = {}
     for rep in range(args.repeats):
         for B in batch_sizes:
@@ -193,6 +204,8 @@ def main() -> None:
         "reference_min_top2_gap": min(min(g) for g in gaps),
         "batch": batch,
         "seconds_total": time.perf_counter() - t0,
+        "load_average_start_end": [load_start, os.getloadavg()],
+        "failed": failed,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))

@@ -165,6 +165,18 @@ def peers_section(data: dict, stem: str) -> list[str]:
         lines.append(
             f"| {PEER_LABELS.get(n, n)} | " + " | ".join(cells) + f" | {', '.join(same)} |"
         )
+    spread = sorted(
+        max(r["tokens_per_s_runs"]) / min(r["tokens_per_s_runs"])
+        for b in bs
+        for r in rows[b].values()
+    )
+    for name, err in (data.get("failed") or {}).items():
+        lines += ["", f"{PEER_LABELS.get(name, name)} failed and was left out: `{err}`"]
+    load = data.get("load_average_start_end")
+    lines += ["", f"Noise: max/min tokens/s across the {data['repeats']} repeats of a cell is "
+              f"{spread[len(spread) // 2]:.2f} (median cell), {spread[-1]:.2f} (worst)"
+              + (f"; 1-minute load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end "
+                 "(2 cores, shared)." if load else ".")]  # fmt: skip
     xs = [int(b) for b in bs]
     tps = {PEER_LABELS.get(n, n): [rows[b][n]["tokens_per_s"] for b in bs] for n in names}
     png = plot_lines(xs, tps, "batch size", "tokens/s", "Peers: Qwen3.5-shape model",
