@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from train.corpus import EOS
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     """Byte-level BPE (GPT-2 pre-tokenisation) with EOS as the only special token (id 0)."""
+    # Imported here: training on a GPU box from a pre-tokenized corpus needs no `tokenizers`.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -70,16 +75,21 @@ def save_model_dir(
     out: Path,
     model: nn.Module,
     config: dict[str, Any],
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | None,
     mtp: nn.Module | None = None,
 ) -> None:
-    """Write an mlx-lm model directory; MTP weights go to mtp.safetensors as `mtp.*` keys."""
+    """Write an mlx-lm model directory; MTP weights go to mtp.safetensors as `mtp.*` keys.
+
+    tokenizer None writes weights and config only (the caller copies the tokenizer files).
+    """
     out.mkdir(parents=True, exist_ok=True)
     meta = {"format": "mlx"}
     mx.save_safetensors(str(out / "model.safetensors"), _fp16(model), metadata=meta)
     if mtp is not None:
         mx.save_safetensors(str(out / "mtp.safetensors"), _fp16(mtp, "mtp."), metadata=meta)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if tokenizer is None:
+        return
     tokenizer.save(str(out / "tokenizer.json"))
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",

@@ -30,11 +30,13 @@ def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
             BEGIN,
             "## Results",
             "",
-            f"Training wall time on this 2-core CPU (shared with other jobs): target "
+            f"Training wall time on {summary.get('device', 'this 2-core CPU')}: target "
             f"{wall['target_s']:.0f} s, MTP {wall['mtp_s']:.0f} s, draft {wall['draft_s']:.0f} s, "
             f"total {wall['total_s'] / 60:.1f} min. Final train losses (nats/token; MTP and draft "
             f"are cross-entropies against the target's distribution): target {loss['target']:.2f}, "
-            f"MTP {loss['mtp']:.2f}, draft {loss['draft']:.2f}. Steps x batch (x 256 tokens), "
+            f"MTP {loss['mtp']:.2f}, draft {loss['draft']:.2f}; held-out target loss "
+            f"{summary.get('heldout_target_loss', float('nan')):.2f}. Steps x batch "
+            f"(x {c['seq_len']} tokens), "
             f"peak LR: target {c['target_steps']} x {c['target_batch']}, {c['target_lr']}; MTP "
             f"{c['mtp_steps']} x {c['mtp_batch']}, {c['mtp_lr']} (depths 1-{c['mtp_depth']}); "
             f"draft {c['draft_steps']} x {c['draft_batch']}, {c['draft_lr']}; seed {c['seed']}.",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -42,9 +43,12 @@ class TrainConfig:
     vocab_size: int = 2048
     seq_len: int = 256
     context: int = 2048
+    include_tests: bool = False  # train on the stdlib test suites too (held-out split unchanged)
+    weight_decay: float = 0.01
     # target: qwen3, 4 x (256 hidden, 4 heads x 64, 2 kv heads, 640 MLP)
     target_layers: int = 4
     target_hidden: int = 256
+    target_kv_heads: int = 0  # 0: hidden // 128
     target_inter: int = 640
     target_steps: int = 1100
     target_batch: int = 8
@@ -94,9 +98,14 @@ def fit(
     steps: int,
     lr: float,
     log: Callable[[str], None],
+    weight_decay: float = 0.01,
+    heldout: Callable[[], float] | None = None,
 ) -> list[float]:
-    """AdamW + warmup/cosine on `module` (the only trainable state); returns per-step losses."""
-    opt = optim.AdamW(learning_rate=schedule(lr, steps), weight_decay=0.01)
+    """AdamW + warmup/cosine on `module` (the only trainable state); returns per-step losses.
+
+    heldout, when given, is evaluated and logged every 500 steps and at the end.
+    """
+    opt = optim.AdamW(learning_rate=schedule(lr, steps), weight_decay=weight_decay)
     state = [module.state, opt.state]
     grad_fn = nn.value_and_grad(module, loss_fn)
 
@@ -115,24 +124,85 @@ def fit(
         if i % 25 == 0 or i == steps - 1:
             avg = float(np.mean(losses[-25:]))
             log(f"{name} step {i + 1}/{steps} loss {avg:.3f} ({time.time() - t0:.0f}s)")
+        if heldout is not None and ((i + 1) % 500 == 0 or i == steps - 1):
+            log(f"{name} step {i + 1}/{steps} held-out loss {heldout():.3f}")
     return losses
 
 
-def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+@dataclass
+class Corpus:
+    """Token streams (int32 [N], files joined with EOS) and where they came from."""
+
+    train: np.ndarray
+    heldout: np.ndarray
+    python_version: str
+    train_files: int
+    heldout_files: list[str]  # relative paths
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(
+            path, train=self.train.astype(np.uint16), heldout=self.heldout.astype(np.uint16),
+            meta=np.frombuffer(json.dumps({
+                "python_version": self.python_version, "train_files": self.train_files,
+                "heldout_files": self.heldout_files,
+            }).encode(), dtype=np.uint8),
+        )  # fmt: skip
+
+    @classmethod
+    def load(cls, path: Path) -> Corpus:
+        with np.load(path) as z:
+            meta = json.loads(z["meta"].tobytes())
+            return cls(z["train"].astype(np.int32), z["heldout"].astype(np.int32), **meta)
+
+
+def build_corpus(cfg: TrainConfig, tok: Any) -> Corpus:
+    train_files, heldout = corpus.split(corpus.list_sources(include_tests=cfg.include_tests))
+    heldout = corpus.without_tests(heldout)  # evaluation text stays the default split's
+    eos = tok.token_to_id(corpus.EOS)
+    assert eos is not None, "the tokenizer lacks the EOS special token"
+    return Corpus(
+        corpus.encode_stream(tok, train_files, eos),
+        corpus.encode_stream(tok, heldout, eos),
+        corpus.python_version(),
+        len(train_files),
+        [f.rel for f in heldout],
+    )
+
+
+def train_all(
+    cfg: TrainConfig,
+    out: Path,
+    log: Callable[[str], None],
+    tokenizer: Path | None = None,
+    data: Corpus | None = None,
+) -> dict[str, Any]:
+    """Every stage. `tokenizer` reuses a tokenizer.json instead of training one; `data` (a
+    corpus exported with --export-corpus) trains where neither the stdlib of the recipe's
+    Python nor `tokenizers` is installed (a GPU box): weights only, tokenizer files copied later.
+    """
     mx.random.seed(cfg.seed)
     t_start = time.time()
-    files = corpus.list_sources()
-    train_files, heldout = corpus.split(files)
-    log(f"python {corpus.python_version()}: {len(train_files)} train / {len(heldout)} held-out")
-    tok = artifacts.train_tokenizer([f.text for f in train_files], cfg.vocab_size)
-    eos = tok.token_to_id(corpus.EOS)
-    assert eos is not None, "the BPE trainer always adds the EOS special token"
-    stream = corpus.encode_stream(tok, train_files, eos)
-    log(f"tokenizer: vocab {tok.get_vocab_size()}, {len(stream)} train tokens")
+    tok: Any = None
+    heldout = []
+    if data is None:
+        files = corpus.list_sources(include_tests=cfg.include_tests)
+        train_files, heldout = corpus.split(files)
+        heldout = corpus.without_tests(heldout)
+        if tokenizer is not None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(tokenizer))
+        else:
+            tok = artifacts.train_tokenizer([f.text for f in train_files], cfg.vocab_size)
+        data = build_corpus(cfg, tok)
+    stream = data.train
+    log(f"python {data.python_version}: {data.train_files} train files, {len(stream)} tokens")
+    held = corpus.eval_windows(data.heldout, cfg.seq_len, 64)
 
     tcfg = artifacts.qwen3_config(
         vocab=cfg.vocab_size, hidden=cfg.target_hidden, layers=cfg.target_layers,
-        heads=cfg.target_hidden // 64, kv_heads=max(1, cfg.target_hidden // 128),
+        heads=cfg.target_hidden // 64,
+        kv_heads=cfg.target_kv_heads or max(1, cfg.target_hidden // 128),
         inter=cfg.target_inter, ctx=cfg.context,
     )  # fmt: skip
     target = artifacts.build_qwen3(tcfg)
@@ -141,10 +211,19 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
         logits = target(batch[:, :-1])
         return nn.losses.cross_entropy(logits, batch[:, 1:]).mean()
 
+    def heldout_loss() -> float:
+        return float(
+            np.mean([lm_loss(mx.array(held[i : i + 16])).item() for i in range(0, len(held), 16)])
+        )
+
     t0 = time.time()
     seed = cfg.seed
-    data = corpus.batches(stream, cfg.target_batch, cfg.seq_len, seed + 1)
-    tl = fit("target", target, lm_loss, data, cfg.target_steps, cfg.target_lr, log)
+    batches = corpus.batches(stream, cfg.target_batch, cfg.seq_len, seed + 1)
+    tl = fit(
+        "target", target, lm_loss, batches, cfg.target_steps, cfg.target_lr, log,
+        cfg.weight_decay, heldout_loss,
+    )  # fmt: skip
+    final_heldout = heldout_loss()
     times = {"target_s": time.time() - t0}
     target.freeze()
 
@@ -168,8 +247,8 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
         return total / sum(weights)
 
     t0 = time.time()
-    data = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, seed + 2)
-    ml = fit("mtp", mtp, mtp_loss, data, cfg.mtp_steps, cfg.mtp_lr, log)
+    batches = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, seed + 2)
+    ml = fit("mtp", mtp, mtp_loss, batches, cfg.mtp_steps, cfg.mtp_lr, log, cfg.weight_decay)
     times["mtp_s"] = time.time() - t0
 
     # The draft learns from the target as shipped (fp16-rounded), so `--stage draft` on a saved
@@ -180,21 +259,23 @@ def train_all(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> dict[s
     target.unfreeze()
     artifacts.save_model_dir(out / "target", target, tcfg, tok, mtp=mtp)
     artifacts.save_model_dir(out / "draft", draft, dcfg, tok)
-    n_prompts = write_heldout_prompts(out / "heldout_prompts.jsonl", heldout, seed=cfg.seed)
-    (out / "heldout_files.txt").write_text("".join(f.rel + "\n" for f in heldout))
+    if heldout:  # the prompts need the held-out text (absent when training from an export)
+        write_heldout_prompts(out / "heldout_prompts.jsonl", heldout, seed=cfg.seed)
+        (out / "heldout_files.txt").write_text("".join(f.rel + "\n" for f in heldout))
     times["total_s"] = time.time() - t_start
     summary = {
-        "python_version": corpus.python_version(),
+        "python_version": data.python_version,
+        "device": f"{platform.node() or 'host'}: MLX {mx.__version__} {mx.default_device()}",
         "config": asdict(cfg),
-        "train_files": len(train_files),
-        "heldout_files": len(heldout),
+        "train_files": data.train_files,
+        "heldout_files": len(data.heldout_files),
         "train_tokens": int(len(stream)),
+        "heldout_target_loss": round(final_heldout, 4),
         "final_loss": {
             "target": float(np.mean(tl[-25:])),
             "mtp": float(np.mean(ml[-25:])),
             "draft": float(np.mean(dl[-25:])),
         },
-        "heldout_prompts": n_prompts,
         "wall_time_s": {k: round(v, 1) for k, v in times.items()},
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -219,7 +300,9 @@ def train_draft(
 
     t0 = time.time()
     data = corpus.batches(stream, cfg.draft_batch, cfg.seq_len, cfg.seed + 3)
-    losses = fit("draft", draft, draft_loss, data, cfg.draft_steps, cfg.draft_lr, log)
+    losses = fit(
+        "draft", draft, draft_loss, data, cfg.draft_steps, cfg.draft_lr, log, cfg.weight_decay
+    )
     return draft, dcfg, losses, time.time() - t0
 
 
@@ -260,20 +343,35 @@ def main(argv: list[str] | None = None) -> None:
         "--stage", choices=["all", "draft"], default="all",
         help="all: every stage; draft: only the draft, distilled from OUT/target",
     )  # fmt: skip
+    p.add_argument("--tokenizer", type=Path, help="reuse this tokenizer.json (else train one)")
+    p.add_argument("--export-corpus", type=Path, help="write the tokenized corpus (.npz), exit")
+    p.add_argument("--corpus", type=Path, help="train from a corpus written by --export-corpus")
     for field, default in asdict(TrainConfig()).items():
-        p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
+        flag = f"--{field.replace('_', '-')}"
+        if isinstance(default, bool):
+            p.add_argument(flag, action="store_true")
+        else:
+            p.add_argument(flag, type=type(default), default=default)
     ns = vars(p.parse_args(argv))
-    out = ns.pop("out")
-    stage = ns.pop("stage")
+    out, stage = ns.pop("out"), ns.pop("stage")
+    tokenizer, export, data = ns.pop("tokenizer"), ns.pop("export_corpus"), ns.pop("corpus")
     cfg = TrainConfig(**ns)
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    if stage == "draft":
+    if export is not None:
+        if tokenizer is None:
+            p.error("--export-corpus needs --tokenizer (the tokenizer the corpus is encoded with)")
+        from tokenizers import Tokenizer
+
+        built = build_corpus(cfg, Tokenizer.from_file(str(tokenizer)))
+        built.save(export)
+        log(f"wrote {export}: {len(built.train)} train / {len(built.heldout)} held-out tokens")
+    elif stage == "draft":
         retrain_draft(cfg, out, log)
     else:
-        train_all(cfg, out, log)
+        train_all(cfg, out, log, tokenizer, Corpus.load(data) if data else None)
 
 
 if __name__ == "__main__":

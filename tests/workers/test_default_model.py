@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "workers" / "default_model"
 # Floors sit a little under the values measured by train/eval_default.py on the same 8 prompts
 # (see workers/default_model/README.md); a broken MTP/draft path scores near 0.
-MTP_DEPTH1_FLOOR = 0.65  # measured 0.759 (232 positions)
-DRAFT_FLOOR = 0.55  # measured 0.642
+MTP_DEPTH1_FLOOR = 0.65  # measured 0.750 (232 positions)
+DRAFT_FLOOR = 0.62  # measured 0.746
 
 pytestmark = pytest.mark.skipif(
     not (DEFAULT / "target" / "model.safetensors").is_file(), reason="default model not trained"
@@ -72,7 +72,7 @@ def test_shipped_files_are_small_fp16_and_in_mlx_lm_format() -> None:
         "target/mtp.safetensors",
         "draft/model.safetensors",
     }
-    assert sum(p.stat().st_size for p in weights) < 12 * 2**20
+    assert sum(p.stat().st_size for p in weights) < 24 * 2**20
     for p in weights:
         assert all(v.dtype == mx.float16 for v in mx.load(str(p)).values()), p  # type: ignore[union-attr]
     cfg = json.loads((DEFAULT / "target" / "config.json").read_text())
@@ -132,8 +132,8 @@ def test_mtp_speculative_decoding_is_lossless_and_accepts() -> None:
     rows = [json.loads(x) for x in (DEFAULT / "heldout_prompts.jsonl").read_text().splitlines()]
     prompts = [tok.encode(r["body"]["prompt"]) for r in rows[:8]]
     plain = greedy_continuations(target, prompts, 32)
-    # Measured: depth 1 accepts 0.724 of drafts, depth 3 accepts 0.524 (8 prompts x 32 tokens).
-    for depth, floor in ((1, 0.62), (3, 0.42)):
+    # Measured: depth 1 accepts 0.761 of drafts, depth 3 accepts 0.568 (8 prompts x 32 tokens).
+    for depth, floor in ((1, 0.65), (3, 0.46)):
         accepted = drafted = 0
         for p, ref in zip(prompts, plain, strict=True):
             out, stats = mtp_greedy_decode(target, mtp, p, 32, depth)
