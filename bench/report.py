@@ -177,6 +177,20 @@ def peers_section(data: dict, stem: str) -> list[str]:
               f"{spread[len(spread) // 2]:.2f} (median cell), {spread[-1]:.2f} (worst)"
               + (f"; 1-minute load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end "
                  "(2 cores, shared)." if load else ".")]  # fmt: skip
+    lo, hi = rows[bs[0]], rows[bs[-1]]
+    if {"mlx_vlm_mtp", "specfleet_mtp"} <= set(names):
+        acc = "accepted_per_row_round"
+        lines += ["", f"Summary: at B={bs[0]} the two MTP systems accept "
+                  f"{lo['mlx_vlm_mtp'][acc]:.2f} (mlx-vlm) and {lo['specfleet_mtp'][acc]:.2f} "
+                  f"(specfleet) drafts per row per round with the same head; at B={bs[-1]} "
+                  f"mlx-vlm accepts {hi['mlx_vlm_mtp'][acc]:.2f} (every row clamped to the "
+                  "batch's minimum"
+                  + (f"; {hi['mlx_vlm_mtp_noclamp'][acc]:.2f} with the clamp off"
+                     if "mlx_vlm_mtp_noclamp" in hi else "")
+                  + f") and specfleet {hi['specfleet_mtp'][acc]:.2f}. MTP over the same "
+                  f"system's no-drafter batch at B={bs[-1]}: mlx-vlm "
+                  f"{hi['mlx_vlm_mtp']['speedup_vs_own_plain']:.2f}x, specfleet "
+                  f"{hi['specfleet_mtp']['speedup_vs_own_plain']:.2f}x."]  # fmt: skip
     xs = [int(b) for b in bs]
     tps = {PEER_LABELS.get(n, n): [rows[b][n]["tokens_per_s"] for b in bs] for n in names}
     png = plot_lines(xs, tps, "batch size", "tokens/s", "Peers: Qwen3.5-shape model",
