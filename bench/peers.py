@@ -202,6 +202,11 @@ def main() -> None:
         "repeats": args.repeats,
         "reference_mlx_lm_generate_step_tokens_per_s": ref.tokens / ref.seconds,
         "reference_min_top2_gap": min(min(g) for g in gaps),
+        # How sensitive token identity is: steps where a logit error this large could flip it.
+        "reference_steps": sum(len(g) for g in gaps),
+        "reference_steps_gap_below": {
+            str(t): sum(x < t for g in gaps for x in g) for t in (0.01, 0.05, 0.1)
+        },
         "batch": batch,
         "seconds_total": time.perf_counter() - t0,
         "load_average_start_end": [load_start, os.getloadavg()],

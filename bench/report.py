@@ -172,6 +172,12 @@ def peers_section(data: dict, stem: str) -> list[str]:
     )
     for name, err in (data.get("failed") or {}).items():
         lines += ["", f"{PEER_LABELS.get(name, name)} failed and was left out: `{err}`"]
+    below = data.get("reference_steps_gap_below")
+    if below:
+        lines += ["", f"Identity sensitivity: of the reference's {data['reference_steps']} greedy "
+                  f"steps, {below['0.01']} have a top-2 logit gap below 0.01 and {below['0.05']} "
+                  "below 0.05: token identity would likely catch a system whose logits are off by "
+                  "about that much."]  # fmt: skip
     load = data.get("load_average_start_end")
     lines += ["", f"Noise: max/min tokens/s across the {data['repeats']} repeats of a cell is "
               f"{spread[len(spread) // 2]:.2f} (median cell), {spread[-1]:.2f} (worst)"
