@@ -110,6 +110,41 @@ class Peers:
         return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=mtp, clamp=clamp)
 
 
+def warm_up(peers: Peers, batch_sizes: list[int], max_tokens: int) -> tuple[list, dict]:
+    """One short run of every system at every B: compiled kernels (mx.compile) are built per
+    shape. A system that fails here (e.g. a peer on a backend it does not support) is recorded
+    and dropped; returns (the systems that ran, {failed system: error})."""
+    names, failed = peers.systems(), {}
+    for B in batch_sizes:
+        for name in [n for n in names if n not in failed]:
+            try:
+                peers.run(name, B, max_tokens=max_tokens)
+            except Exception as e:  # noqa: BLE001 - the report says which system failed and how
+                failed[name] = f"B={B}: {type(e).__name__}: {e}"
+                print(f"{name} failed, dropped: {failed[name]}", flush=True)
+    return [n for n in names if n not in failed], failed
+
+
+def summarize(runs: dict[str, list[R.Run]], ref: list[list[int]], gaps: list) -> dict[str, Any]:
+    """Per system at one B: the median-speed run's stats, all speeds, identity, ratios."""
+    row: dict[str, Any] = {}
+    for name, rs in runs.items():
+        tps = [r.tokens / r.seconds for r in rs]
+        mid = sorted(rs, key=lambda r: r.tokens / r.seconds)[len(rs) // 2]
+        row[name] = {
+            **mid.summary(),
+            "tokens_per_s": statistics.median(tps),
+            "tokens_per_s_runs": [round(t, 1) for t in tps],
+            "identity": compare(rs[0].outputs, ref, gaps),
+            "outputs_stable_across_repeats": all(r.outputs == rs[0].outputs for r in rs),
+        }
+    for name, r in row.items():
+        r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / row[BASELINE]["tokens_per_s"]
+        if OWN_PLAIN.get(name) in row:
+            r["speedup_vs_own_plain"] = r["tokens_per_s"] / row[OWN_PLAIN[name]]["tokens_per_s"]
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="peers on one Qwen3.5-shape model (see module doc)")
     add_shape_args(ap)
@@ -138,54 +173,21 @@ def main() -> None:
         print(f"mlx-vlm unavailable: {peers.vlm_error}", flush=True)
     ref, gaps = R.reference_greedy(peers.mlx_lm_model, prompts, args.max_tokens)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    names = peers.systems()
-    # Warm-up, every B and system: compiled kernels (mx.compile) are built per shape. A system
-    # that fails here (e.g. a peer on a backend it does not support) is recorded and dropped.
-    failed: dict[str, str] = {}
-    for B in batch_sizes:
-        for name in [n for n in names if n not in failed]:
-            try:
-                peers.run(name, B, max_tokens=min(args.max_tokens, 4 * args.depth))
-            except Exception as e:  # noqa: BLE001 - the report says which system failed and how
-                failed[name] = f"B={B}: {type(e).__name__}: {e}"
-                print(f"{name} failed, dropped: {failed[name]}", flush=True)
-    names = [n for n in names if n not in failed]
+    names, failed = warm_up(peers, batch_sizes, min(args.max_tokens, 4 * args.depth))
     runs: dict[tuple[int, str], list[R.Run]] = {}
-    for rep in range(args.repeats):
+    for rep in range(args.repeats):  # interleaved: background load hits every system alike
         for B in batch_sizes:
             for name in names:
                 runs.setdefault((B, name), []).append(peers.run(name, B))
         print(f"repeat {rep + 1}/{args.repeats} done", flush=True)
-
-    batch: dict[str, dict[str, Any]] = {}
+    batch = {}
     for B in batch_sizes:
-        row: dict[str, Any] = {}
-        for name in names:
-            rs = runs[(B, name)]
-            tps = [r.tokens / r.seconds for r in rs]
-            mid = sorted(rs, key=lambda r: r.tokens / r.seconds)[len(rs) // 2]
-            row[name] = {
-                **mid.summary(),
-                "tokens_per_s": statistics.median(tps),
-                "tokens_per_s_runs": [round(t, 1) for t in tps],
-                "identity": compare(rs[0].outputs, ref.outputs, gaps),
-                "outputs_stable_across_repeats": all(r.outputs == rs[0].outputs for r in rs),
-            }
-        for name, r in row.items():
-            r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / row[BASELINE]["tokens_per_s"]
-            if name in OWN_PLAIN and OWN_PLAIN[name] in row:
-                r["speedup_vs_own_plain"] = r["tokens_per_s"] / row[OWN_PLAIN[name]]["tokens_per_s"]
-        batch[str(B)] = row
-        print(
-            f"B={B}: "
-            + ", ".join(
-                f"{n} {r['tokens_per_s']:.0f} tok/s"
-                + (f" (acc {r['accepted_per_row_round']:.2f}/row/round)" if "rounds" in r else "")
-                + ("" if r["identity"]["identical_rows"] == len(prompts) else " NOT IDENTICAL")
-                for n, r in row.items()
-            ),
-            flush=True,
-        )
+        batch[str(B)] = summarize({n: runs[(B, n)] for n in names}, ref.outputs, gaps)
+        print(f"B={B}: " + ", ".join(
+            f"{n} {r['tokens_per_s']:.0f} tok/s"
+            + (f" (acc {r['accepted_per_row_round']:.2f}/row/round)" if "rounds" in r else "")
+            + ("" if not r["identity"]["mismatches"] else " NOT IDENTICAL")
+            for n, r in batch[str(B)].items()), flush=True)  # fmt: skip
 
     results = {
         "model": {"dir": str(model_dir), "preset": args.preset, **info},
