@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 VLM_INSTALL = "pip install --no-deps mlx-vlm==0.7.10"
 
@@ -110,8 +111,16 @@ def specfleet(
     outs = engine.generate(prompts, [sp] * len(prompts))
     dt = time.perf_counter() - t0
     run = Run([list(o.tokens) for o in outs], dt)
+    stats = engine.take_round_stats()
+    # Median draft and verify time of the rounds that ran the full B rows (without a drafter the
+    # verify forward is the one-token decode step), to set a (K+1)-token verify against it.
+    full = [s for s in stats if s.batch_size == B and not s.num_prefill_tokens] or stats
+    run.extra["round_ms_at_full_batch"] = {
+        "draft": 1e3 * float(np.median([s.time_draft_s for s in full])),
+        "verify": 1e3 * float(np.median([s.time_verify_s for s in full])),
+        "rounds": len(full),
+    }
     if mtp:
-        stats = engine.take_round_stats()
         drafting = sum(s.num_drafts for s in stats)  # (row, round) pairs that drafted
         run.accepted_per_row_round = sum(s.num_accepted_tokens for s in stats) / max(1, drafting)
         run.drafts_per_row_round = sum(s.num_draft_tokens for s in stats) / max(1, drafting)

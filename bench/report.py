@@ -197,6 +197,16 @@ def peers_section(data: dict, stem: str) -> list[str]:
                   f"system's no-drafter batch at B={bs[-1]}: mlx-vlm "
                   f"{hi['mlx_vlm_mtp']['speedup_vs_own_plain']:.2f}x, specfleet "
                   f"{hi['specfleet_mtp']['speedup_vs_own_plain']:.2f}x."]  # fmt: skip
+    sf, sp = hi.get("specfleet_mtp", {}), hi.get("specfleet_plain", {})
+    if "round_ms_at_full_batch" in sf and "round_ms_at_full_batch" in sp:
+        m, d = sf["round_ms_at_full_batch"], sp["round_ms_at_full_batch"]["verify"]
+        lines += ["", f"Why MTP does or does not pay here (specfleet, B={bs[-1]}, full-batch "
+                  f"rounds): draft {m['draft']:.1f} ms + verify of {data['draft_depth'] + 1} "
+                  f"tokens per row {m['verify']:.1f} ms per round, against {d:.1f} ms per "
+                  f"no-drafter decode step (verify/decode {m['verify'] / d:.2f}x); a round emits "
+                  f"{sf['tokens_per_row_round']:.2f} tokens per row, so it pays roughly when "
+                  f"(draft + verify) / decode < {sf['tokens_per_row_round']:.2f} "
+                  f"(here {(m['draft'] + m['verify']) / d:.2f})."]  # fmt: skip
     xs = [int(b) for b in bs]
     tps = {PEER_LABELS.get(n, n): [rows[b][n]["tokens_per_s"] for b in bs] for n in names}
     png = plot_lines(xs, tps, "batch size", "tokens/s", "Peers: Qwen3.5-shape model",
