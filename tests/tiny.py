@@ -161,11 +161,12 @@ class OracleDrafter(ForcedDrafter):
         super().__init__(refs, vocab, corrupt_every=every)
 
 
-def fit_mtp_head(target, steps: int = 80, seed: int = 0):
+def fit_mtp_head(target, steps: int = 80, seed: int = 0, hidden_norm: str = "pre_norm"):
     """A random MTP head (Qwen3.5 layout) briefly fitted to the target's greedy choices.
 
     A purely random head almost never agrees with the target; a few Adam steps make it agree
-    often but not always, so rows' accept counts diverge.
+    often but not always, so rows' accept counts diverge. `hidden_norm` is the head's hidden
+    convention (workers/mtp/qwen35.py): it is fitted on that target hidden and carries it.
     """
     import mlx.nn as nn
     import mlx.optimizers as optim
@@ -176,6 +177,7 @@ def fit_mtp_head(target, steps: int = 80, seed: int = 0):
     cfg = dict(getattr(target.args, "text_config", None) or vars(target.args))
     cfg["model_type"] = target.args.model_type
     cfg["mtp_num_hidden_layers"] = 1
+    cfg["specfleet_mtp_hidden"] = hidden_norm
     mx.random.seed(seed)
     head = MTPHead(MTPArgs.from_target_config(cfg))
     rng = np.random.default_rng(seed)
@@ -189,7 +191,7 @@ def fit_mtp_head(target, steps: int = 80, seed: int = 0):
     step = nn.value_and_grad(head, loss_fn)
     for _ in range(steps):
         x = mx.array(rng.integers(0, VOCAB, size=(8, 40)))
-        h, logits = target_hidden_and_logits(target, x)
+        h, logits = target_hidden_and_logits(target, x, post_norm=head.args.post_norm)
         _, grads = step(head, mx.stop_gradient(h), x, mx.argmax(logits, -1))
         opt.update(head, grads)
         mx.eval(head.parameters(), opt.state)
@@ -209,6 +211,7 @@ def save_tiny_checkpoint(model, tokenizer, path, mtp_head=None) -> None:
     config = dict(vars(model.args))
     if mtp_head is not None:
         config["mtp_num_hidden_layers"] = len(mtp_head.layers)
+        config["specfleet_mtp_hidden"] = mtp_head.args.hidden_norm
         weights = {f"mtp.{k}": v for k, v in tree_flatten(mtp_head.parameters())}
         mx.save_safetensors(str(path / "mtp.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, default=str))

@@ -83,6 +83,10 @@ def save_model_dir(
     tokenizer None writes weights and config only (the caller copies the tokenizer files).
     """
     out.mkdir(parents=True, exist_ok=True)
+    if mtp is not None:
+        # train/mtp_chain.py feeds the head pre-final-norm hiddens and chains its pre-`mtp.norm`
+        # output; checkpoints without this key are read as Qwen3.5's post-norm convention.
+        config = {**config, "specfleet_mtp_hidden": "pre_norm"}
     meta = {"format": "mlx"}
     mx.save_safetensors(str(out / "model.safetensors"), _fp16(model), metadata=meta)
     if mtp is not None:

@@ -37,13 +37,14 @@ def forward_window(
 
 
 def forward_window_hidden(
-    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray
+    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray, post_norm: bool = False
 ) -> tuple[mx.array, mx.array]:
-    """Like forward_window, also returning the last layer's pre-norm hidden [B, W, H]."""
+    """Like forward_window, also returning the last layer's hidden [B, W, H] (pre-norm, or
+    after the final norm with post_norm: the lm_head's input, at no extra cost)."""
     from workers.mtp.hidden import target_hidden_and_logits
 
     cache.set_window_valid(valid)
-    return target_hidden_and_logits(model, tokens, cache.layers)
+    return target_hidden_and_logits(model, tokens, cache.layers, post_norm)
 
 
 def prefill_chunk(
@@ -53,16 +54,18 @@ def prefill_chunk(
     start: int,
     step_size: int,
     want_hidden: bool = False,
+    post_norm: bool = False,
 ) -> mx.array | None:
     """Append tokens [start, start + step_size) of each row's sequence to its cache.
 
-    With want_hidden, returns their pre-norm hidden states [B, W, H] (for MTP drafters).
+    With want_hidden, returns their hidden states [B, W, H] (for MTP drafters; pre-norm, or
+    post-norm with post_norm).
     """
     windows = [s[start : start + step_size] for s in sequences]
     tokens, valid = pad_windows(windows)
     hidden = None
     if want_hidden:
-        h, _ = forward_window_hidden(model, cache, tokens, valid)
+        h, _ = forward_window_hidden(model, cache, tokens, valid, post_norm)
         hidden = h[:, : max(1, int(valid.max()))]
     else:
         forward_window(model, cache, tokens, valid)
@@ -78,11 +81,12 @@ def prefill(
     sequences: Sequence[Sequence[int]],
     step_size: int,
     want_hidden: bool = False,
+    post_norm: bool = False,
 ) -> mx.array | None:
     """Append each row's whole sequence, chunk by chunk; hidden [B, max_len, H] if wanted."""
     longest = max((len(s) for s in sequences), default=0)
     chunks = [
-        prefill_chunk(model, cache, sequences, start, step_size, want_hidden)
+        prefill_chunk(model, cache, sequences, start, step_size, want_hidden, post_norm)
         for start in range(0, longest, step_size)
     ]
     hidden = [h for h in chunks if h is not None]

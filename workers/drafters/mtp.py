@@ -7,8 +7,12 @@ commit, because the next verify supplies the true hidden states for the accepted
 
 Per round, for row r that accepted a_r drafts last round, the first MTP window holds a_r + 1
 real pairs: (h of window position i, committed token after it), i = 0..a_r; its last output
-proposes draft 1. Draft j > 1 chains (the head's pre-norm output, draft j-1). A row that just
+proposes draft 1. Draft j > 1 chains (the head's output g, draft j-1). A row that just
 joined has no verified hidden for its newest token yet, so it drafts nothing in its first round.
+
+Which hidden the head reads (before or after the target's final norm; g before or after
+`mtp.norm`) is the checkpoint's `specfleet_mtp_hidden` setting, `head.args.hidden_norm`
+(workers/mtp/qwen35.py). The engine hands over the hidden named by `engine_hidden`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows
 from workers.kv_cache import BatchCache
-from workers.mtp.hidden import embed, lm_head
+from workers.mtp.hidden import embed, final_norm, lm_head
 
 
 class MTPDrafter:
@@ -37,6 +41,11 @@ class MTPDrafter:
             )
         self.target, self.head = target, head
         self.prefill_step_size = prefill_step_size
+        # The hidden the engine passes to add_rows/commit: the target's pre-norm hidden, which a
+        # 'post_norm' head gets through the target's final norm here (one RMSNorm per window).
+        # An engine that asks its forward helpers for the post-norm hidden (post_norm=True: the
+        # lm_head's input, free) sets this to "post_norm" and the norm is not computed twice.
+        self.engine_hidden = "pre_norm"
         self.cache = BatchCache([False])
         # Verified hidden states not yet paired into the MTP cache, per row: [B, P, H] and the
         # number of valid pairs per row (0 for a row that has not been verified yet).
@@ -64,6 +73,7 @@ class MTPDrafter:
         n = len(histories)
         new = BatchCache([False], n)
         if hidden is not None:
+            hidden = self._head_hidden(hidden)
             # Pair t: (h_t, x_{t+1}) for t = 0 .. len-2; hidden holds h_0 .. h_{len-2}.
             nexts = [list(h[1:]) for h in histories]
             for start in range(0, max(len(x) for x in nexts), self.prefill_step_size):
@@ -96,7 +106,7 @@ class MTPDrafter:
         first = self._absorb()
         if K == 0 or first is None:
             return empty_proposal(B)
-        pre, normed, valid = first
+        chain, normed, valid = first
         drafted, probs = [], []
         for step in range(K):
             last = mx.array((valid - 1).astype(np.int32))[:, None, None]  # [B, 1, 1]
@@ -105,9 +115,9 @@ class MTPDrafter:
             drafted.append(chosen)
             probs.append(q)
             if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chained = mx.take_along_axis(pre, last, axis=1)  # [B, 1, H]
+                chained = mx.take_along_axis(chain, last, axis=1)  # [B, 1, H]
                 valid = np.ones(B, dtype=np.int64)
-                pre, normed = self._step(self.cache, chained, chosen[:, None], valid)
+                chain, normed = self._step(self.cache, chained, chosen[:, None], valid)
                 self.cache.commit(valid)  # chained entries are dropped again at commit
         mx.eval(drafted, *self.cache.state_arrays())
         self._chained = np.full(B, K - 1, dtype=np.int64)
@@ -123,7 +133,7 @@ class MTPDrafter:
         if hidden is None:
             return
         # Window position i's hidden pairs with the committed token after it: i = 0 .. a_r.
-        self.pending = hidden
+        self.pending = self._head_hidden(hidden)
         self.num_pending = np.asarray(num_accepted, dtype=np.int64) + 1
 
     def _absorb(self) -> tuple[mx.array, mx.array, np.ndarray] | None:
@@ -138,12 +148,24 @@ class MTPDrafter:
         tokens, valid = pad_windows(firsts)
         has_pairs = valid > 0
         valid = np.maximum(valid, 1)  # rows without pairs compute one padding slot, kept out
-        pre, normed = self._step(
+        chain, normed = self._step(
             self.cache, _pad_axis1(self.pending, tokens.shape[1]), tokens, valid
         )
         self.cache.commit(np.where(has_pairs, valid, 0))
         self.num_pending = np.zeros_like(self.num_pending)
-        return pre, normed, valid  # lazy: evaluated with the drafts (one sync per proposal)
+        return chain, normed, valid  # lazy: evaluated with the drafts (one sync per proposal)
+
+    def _head_hidden(self, hidden: mx.array) -> mx.array:
+        """The engine's hidden [B, L, H] as the head reads it (see `engine_hidden`)."""
+        wanted = self.head.args.hidden_norm  # type: ignore[attr-defined]
+        if self.engine_hidden == wanted:
+            return hidden
+        if self.engine_hidden == "pre_norm":  # and the head wants post_norm
+            return final_norm(self.target, hidden)
+        raise ValueError(
+            f"engine_hidden={self.engine_hidden!r} but the MTP head reads {wanted!r} hiddens; "
+            "hand this drafter the pre-norm target hidden (engine_hidden='pre_norm')"
+        )
 
     def _step(
         self, cache: BatchCache, hidden: mx.array, tokens: mx.array, valid: np.ndarray

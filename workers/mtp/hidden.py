@@ -1,4 +1,7 @@
-"""Target forward that also returns the pre-final-norm hidden state an MTP head consumes.
+"""Target forward that also returns the last hidden state an MTP head consumes.
+
+Which one (before or after the target's final norm) is the head's `hidden_norm` setting; see
+workers/mtp/qwen35.py. The post-norm hidden is the lm_head's input, so returning it costs nothing.
 
 Works for mlx-lm models shaped `Model.model.{embed_tokens, layers, norm}` with an optional
 `lm_head` (llama, qwen2, qwen3, mistral, ...) and for qwen3_5 / qwen3_next hybrids (which wrap the
@@ -42,10 +45,18 @@ def lm_head(model: Any, normed: mx.array) -> mx.array:
     return tm.model.embed_tokens.as_linear(normed)
 
 
+def final_norm(model: Any, hidden: mx.array) -> mx.array:
+    """The target's final norm on a pre-norm hidden [B, L, H] (the post-norm hidden)."""
+    return text_model(model).model.norm(hidden)
+
+
 def target_hidden_and_logits(
-    model: Any, inputs: mx.array, cache: list[Any] | None = None
+    model: Any, inputs: mx.array, cache: list[Any] | None = None, post_norm: bool = False
 ) -> tuple[mx.array, mx.array]:
-    """Forward `inputs` [B, L]; returns (pre-norm last-layer hidden [B, L, H], logits [B, L, V]).
+    """Forward `inputs` [B, L]; returns (last hidden [B, L, H], logits [B, L, V]).
+
+    The hidden is the last decoder layer's output, or with `post_norm` that output after the
+    final norm (the very tensor the lm_head reads, so no norm is computed twice).
 
     `cache` is the model's per-layer cache list (mlx-lm duck type or the engine's batch cache);
     it is updated exactly as `model(inputs, cache=cache)` would update it.
@@ -63,4 +74,5 @@ def target_hidden_and_logits(
         ssm_mask = create_ssm_mask(h, cache[is_linear.index(True)])
     for layer, c, lin in zip(layers, cache, is_linear, strict=True):
         h = layer(h, mask=ssm_mask if lin else fa_mask, cache=c)
-    return h, lm_head(model, inner.norm(h))
+    normed = inner.norm(h)
+    return (normed if post_norm else h), lm_head(model, normed)

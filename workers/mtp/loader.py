@@ -76,11 +76,16 @@ def load_mtp_head(
 ) -> MTPHead:
     """Build the MTP head for `target_config` (default: the dir's config.json) and load it.
 
-    Raises ValueError naming the tensor when one is missing, unexpected or mis-shaped.
+    The config's `specfleet_mtp_hidden` ('post_norm' when absent, see workers/mtp/qwen35.py)
+    becomes `head.args.hidden_norm`. Raises ValueError naming the tensor when one is missing,
+    unexpected or mis-shaped, and naming the key when a config value is invalid.
     """
     model_dir = Path(model_dir)
     config = target_config if target_config is not None else read_config(model_dir)
-    args = MTPArgs.from_target_config(config)
+    try:
+        args = MTPArgs.from_target_config(config)
+    except ValueError as e:
+        raise ValueError(f"{model_dir / 'config.json'}: {e}") from None
     head = MTPHead(args)
     flat: list[tuple[str, mx.array]] = tree_flatten(head.parameters())  # type: ignore[assignment]
     expected = {k: v.shape for k, v in flat}

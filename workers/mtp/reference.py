@@ -44,7 +44,8 @@ def mtp_greedy_decode(
     tcache = make_prompt_cache(target)
     mcache = KVCache()
     x = mx.array([prompt])
-    h, logits = target_hidden_and_logits(target, x, tcache)
+    post = mtp.args.post_norm  # which target hidden the head was trained on
+    h, logits = target_hidden_and_logits(target, x, tcache, post)
     if len(prompt) > 1:  # MTP entries 0..P-2: pairs (h_j, x_{j+1}) of the prompt
         mtp.step(h[:, :-1], embed(target, x[:, 1:]), cache=mcache)
     last_h = h[:, -1:]  # [1, 1, H] = h_{n-1}
@@ -60,7 +61,7 @@ def mtp_greedy_decode(
             tok = _argmax(lm_head(target, normed)[0, -1:])[0]
             drafts.append(tok)
         window = mx.array([[pending, *drafts]])  # [1, k+1]
-        hv, lv = target_hidden_and_logits(target, window, tcache)
+        hv, lv = target_hidden_and_logits(target, window, tcache, post)
         greedy = _argmax(lv[0])  # greedy[j] = target's choice after window[: j + 1]
         a = 0
         while a < k and drafts[a] == greedy[a]:
