@@ -161,7 +161,9 @@ class OracleDrafter(ForcedDrafter):
         super().__init__(refs, vocab, corrupt_every=every)
 
 
-def fit_mtp_head(target, steps: int = 80, seed: int = 0, hidden_norm: str = "pre_norm"):
+def fit_mtp_head(
+    target, steps: int = 80, seed: int = 0, hidden_norm: str = "pre_norm", lr: float = 1e-2
+):
     """A random MTP head (Qwen3.5 layout) briefly fitted to the target's greedy choices.
 
     A purely random head almost never agrees with the target; a few Adam steps make it agree
@@ -187,7 +189,7 @@ def fit_mtp_head(target, steps: int = 80, seed: int = 0, hidden_norm: str = "pre
         out = head(h[:, :-1], embed(target, x[:, 1:]), mask="causal")
         return nn.losses.cross_entropy(lm_head(target, out), y[:, 1:]).mean()
 
-    opt = optim.Adam(learning_rate=1e-2)
+    opt = optim.Adam(learning_rate=lr)
     step = nn.value_and_grad(head, loss_fn)
     for _ in range(steps):
         x = mx.array(rng.integers(0, VOCAB, size=(8, 40)))
