@@ -53,6 +53,24 @@ QWEN35_CFG: dict[str, Any] = {
 }
 
 
+PRE_NORM_CFG = dict(QWEN3_CFG, specfleet_mtp_hidden="pre_norm")
+DEFAULT_TARGET = Path(__file__).resolve().parents[2] / "workers" / "default_model" / "target"
+
+
+def _scramble_norms(module: Any, seed: int = 5) -> None:
+    """Give every RMSNorm weight of `module` random signs and scales (trained-like norms)."""
+    rng = np.random.default_rng(seed)
+    flat = [(k, v) for k, v in tree_flatten(module.parameters()) if v.ndim == 1]  # RMSNorms
+    module.load_weights(
+        [
+            (k, mx.array(rng.choice([-1.0, 1.0], v.shape) * rng.uniform(0.3, 3.0, v.shape)))
+            for k, v in flat
+        ],
+        strict=False,
+    )
+    mx.eval(module.parameters())
+
+
 def _qwen3(seed: int = 0) -> qwen3.Model:
     mx.random.seed(seed)
     m = qwen3.Model(qwen3.ModelArgs.from_dict(QWEN3_CFG))
@@ -130,7 +148,8 @@ def test_mtp_forward_shapes_and_cache_matches_full_sequence() -> None:
 
 def test_chain_forward_matches_cached_chained_inference() -> None:
     """train/mtp_chain.py (used to train and evaluate) equals chaining through a KV cache."""
-    target, head = _qwen3(), _head(QWEN3_CFG)
+    target, head = _qwen3(), _head(PRE_NORM_CFG)
+    _scramble_norms(head)  # with unit norms, chaining g or mtp.norm(g) would look alike
     T, depth = 10, 3
     tokens = mx.array(np.random.default_rng(2).integers(0, 97, size=(1, T)), dtype=mx.int32)
     h, _ = target_hidden_and_logits(target, tokens)
@@ -248,3 +267,102 @@ def test_reference_mtp_decode_matches_plain_greedy(depth: int) -> None:
     out, stats = mtp_greedy_decode(target, head, prompt, 12, depth)
     assert out == plain
     assert stats.drafted > 0 and 0 <= stats.accepted <= stats.drafted
+
+
+# -- hidden convention: specfleet_mtp_hidden ----------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [_qwen3, _qwen35])
+def test_post_norm_hidden_is_the_lm_head_input(make: Any) -> None:
+    model = make()
+    tm = model.language_model if hasattr(model, "language_model") else model
+    _scramble_norms(tm.model.norm)
+    tokens = mx.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    pre, logits = target_hidden_and_logits(model, tokens)
+    post, logits_post = target_hidden_and_logits(model, tokens, post_norm=True)
+    assert (
+        mx.array_equal(logits_post, logits).item() and mx.array_equal(logits, model(tokens)).item()
+    )
+    assert mx.array_equal(post, tm.model.norm(pre)).item()
+    assert mx.array_equal(lm_head(model, post), logits).item()
+    assert not mx.allclose(post, pre).item()
+
+
+def test_head_chains_per_hidden_norm() -> None:
+    """depth j > 1 gets g_{j-1} before mtp.norm ('pre_norm') or after it ('post_norm', vLLM and
+    mlx-vlm for Qwen3.5/Qwen3-Next); the lm_head always reads the normed output."""
+    h = mx.random.normal((2, 5, 64), key=mx.random.key(0))
+    e = mx.random.normal((2, 5, 64), key=mx.random.key(1))
+    pre_head = _head(PRE_NORM_CFG)
+    _scramble_norms(pre_head)
+    post_head = _head(dict(QWEN3_CFG, specfleet_mtp_hidden="post_norm"))
+    post_head.update(pre_head.parameters())
+    g_pre, normed_pre = pre_head.step(h, e)
+    g_post, normed_post = post_head.step(h, e)
+    assert mx.array_equal(normed_pre, normed_post).item()
+    assert mx.array_equal(g_post, normed_post).item()
+    assert mx.array_equal(pre_head.norm(g_pre), normed_pre).item()
+    assert not mx.allclose(g_pre, normed_pre).item()
+
+
+def test_hidden_norm_defaults_to_qwen35_convention_and_is_read_from_config(tmp_path: Path) -> None:
+    assert MTPArgs.from_target_config(QWEN3_CFG).hidden_norm == "post_norm"  # key absent
+    assert MTPArgs.from_target_config(PRE_NORM_CFG).hidden_norm == "pre_norm"
+    nested = {"model_type": "qwen3_5", "text_config": dict(QWEN35_CFG)}
+    nested["text_config"]["specfleet_mtp_hidden"] = "pre_norm"
+    assert MTPArgs.from_target_config(nested).hidden_norm == "pre_norm"
+    top = {"model_type": "qwen3_5", "specfleet_mtp_hidden": "pre_norm", "text_config": QWEN35_CFG}
+    assert MTPArgs.from_target_config(top).hidden_norm == "pre_norm"
+    target, head = _qwen3(), _head(QWEN3_CFG)
+    _write_checkpoint(tmp_path, PRE_NORM_CFG, target, head, "separate")
+    assert load_mtp_head(tmp_path).args.hidden_norm == "pre_norm"
+
+
+@pytest.mark.parametrize("bad", ["post-norm", "POST_NORM", "", True, None])
+def test_loader_names_bad_hidden_norm_and_the_fix(tmp_path: Path, bad: Any) -> None:
+    target, head = _qwen3(), _head(QWEN3_CFG)
+    _write_checkpoint(tmp_path, dict(QWEN3_CFG, specfleet_mtp_hidden=bad), target, head, "separate")
+    with pytest.raises(ValueError) as err:
+        load_mtp_head(tmp_path)
+    msg = str(err.value)
+    assert f"specfleet_mtp_hidden={bad!r}" in msg and str(tmp_path / "config.json") in msg
+    assert "'post_norm'" in msg and "'pre_norm'" in msg
+
+
+def test_default_model_declares_pre_norm() -> None:
+    """The shipped head was trained on pre-norm hiddens (train/mtp_chain.py): its config says so."""
+    cfg = json.loads((DEFAULT_TARGET / "config.json").read_text())
+    assert cfg["specfleet_mtp_hidden"] == "pre_norm"
+    assert MTPArgs.from_target_config(cfg).hidden_norm == "pre_norm"
+
+
+def test_train_artifacts_write_pre_norm(tmp_path: Path) -> None:
+    from train.artifacts import build_qwen3, save_model_dir
+
+    cfg = dict(QWEN3_CFG)
+    del cfg["mtp_num_hidden_layers"]
+    save_model_dir(
+        tmp_path, build_qwen3(cfg), dict(cfg, mtp_num_hidden_layers=1), None, _head(QWEN3_CFG)
+    )
+    assert load_mtp_head(tmp_path).args.hidden_norm == "pre_norm"
+    save_model_dir(tmp_path / "plain", build_qwen3(cfg), cfg, None)
+    assert "specfleet_mtp_hidden" not in json.loads(
+        (tmp_path / "plain" / "config.json").read_text()
+    )
+
+
+def test_reference_decode_post_norm_matches_plain_greedy() -> None:
+    from workers.mtp.reference import mtp_greedy_decode
+
+    target = _qwen3()
+    _scramble_norms(target.model.norm)
+    head = _head(QWEN3_CFG)  # post_norm (no key)
+    prompt = [5, 17, 42, 8, 8, 63]
+    cache = make_prompt_cache(target)
+    logits = target(mx.array([prompt]), cache=cache)
+    plain = []
+    for _ in range(12):
+        plain.append(int(mx.argmax(logits[0, -1]).item()))  # type: ignore[arg-type]
+        logits = target(mx.array([[plain[-1]]]), cache=cache)
+    out, stats = mtp_greedy_decode(target, head, prompt, 12, 3)
+    assert out == plain and stats.drafted > 0
