@@ -17,8 +17,9 @@ argmax is a hash of the whole context that no head learns in minutes (fitted dep
 stayed at 0%), while this one behaves like a language model in the way that matters here. The MTP
 head is fitted with Adam to the target's greedy choices on random text (~250 steps: depth-1
 agreement ~0.6 on the target's greedy continuations), so acceptance is non-trivial.
-The final norm weight stays 1: specfleet feeds the MTP head the pre-norm hidden, mlx-vlm the
-post-norm hidden, and with a unit final norm the head's own RMSNorm makes the two identical.
+The checkpoint has no `specfleet_mtp_hidden` key, so specfleet reads it with Qwen3.5's post-norm
+convention (target hidden after the final norm, chained hidden after mtp.norm), as mlx-vlm does;
+the head is fitted on that hidden. (The final norm weight stays 1.)
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def fit_head(target: Any, steps: int, seed: int = 0, batch: int = 8, length: int
     vocab = int(text.vocab_size)
     for _ in range(steps):
         x = mx.array(rng.integers(0, vocab, size=(batch, length)))
-        h, logits = target_hidden_and_logits(target, x)
+        h, logits = target_hidden_and_logits(target, x, post_norm=head.args.post_norm)
         loss, grads = step(head, mx.stop_gradient(h), x, mx.argmax(logits, -1))
         opt.update(head, grads)
         mx.eval(head.parameters(), opt.state, loss)
