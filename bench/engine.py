@@ -78,9 +78,19 @@ def run_batch_generator(model, prompts, max_tokens: int, B: int, temperature: fl
 
 
 def run_engine(
-    model, tok, drafter, prompts, max_tokens: int, B: int, depth: int, temperature: float = 0.0
+    model,
+    tok,
+    drafter,
+    prompts,
+    max_tokens: int,
+    B: int,
+    depth: int,
+    temperature: float = 0.0,
+    adaptive: bool = False,
 ) -> dict:
-    engine = Engine(model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth)
+    engine = Engine(
+        model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth, adaptive_depth=adaptive
+    )
     sps = [
         SamplingParams(
             max_tokens=max_tokens,
@@ -192,6 +202,8 @@ def main() -> None:
         drafters["specfleet_draft_model"] = lambda: ModelDrafter(draft)
     if Path(model_name, "config.json").exists() and has_mtp(model_name):
         drafters["specfleet_mtp"] = lambda: MTPDrafter.from_target(target, model_name)
+        # The serving default: depth capped round by round where it pays (workers/depth_policy.py)
+        drafters["specfleet_mtp_adaptive"] = drafters["specfleet_mtp"]
     for T in [float(t) for t in args.temperatures.split(",")]:
         per_b = results["batch"].setdefault(f"T={T}", {})
         for B in [int(b) for b in args.batch_sizes.split(",")]:
@@ -206,8 +218,9 @@ def main() -> None:
                     drafter = make() if make is not None else None
                     depth = args.depth if make is not None else 1
                     row[name] = run_engine(
-                        target, tok, drafter, prompts, args.max_tokens, B, depth, T
-                    )
+                        target, tok, drafter, prompts, args.max_tokens, B, depth, T,
+                        adaptive=name.endswith("_adaptive"),
+                    )  # fmt: skip
             base = row["mlx_lm_batch_generator"]["tokens_per_s"]
             for r in row.values():
                 r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base

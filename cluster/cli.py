@@ -74,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--workers", type=int, help="number of workers (local default 2)")
     up.add_argument("--model", help="mlx-lm model directory (default: embedded default model)")
     up.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH'")
-    up.add_argument("--draft-depth", type=int, default=4)
+    up.add_argument("--draft-depth", type=int, default=4, help="most drafts per row per round")
+    up.add_argument(
+        "--fixed-depth", action="store_true",
+        help="always draft --draft-depth tokens (default: as deep as measured to pay)",
+    )  # fmt: skip
     up.add_argument("--max-batch-size", type=int, default=16)
     up.add_argument("--max-context", type=int)
     up.add_argument("--tokenizer", help="tokenizer dir/file (default: the model directory)")
@@ -245,6 +249,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         model=args.model,
         drafter=args.drafter,
         draft_depth=args.draft_depth,
+        adaptive_depth=not args.fixed_depth,
         max_batch_size=args.max_batch_size,
         max_context=args.max_context,
     )

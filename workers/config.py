@@ -19,6 +19,10 @@ class EngineConfig:
     kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
     # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
     max_verify_tokens: int = 4096
+    # Cap each round's depth at the one the engine's own timings say pays best
+    # (workers/depth_policy.py). Applies to rows whose tokens do not depend on the depth:
+    # greedy and coupled-acceptance rows; rejection-sampled rows keep their depth.
+    adaptive_depth: bool = False
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:

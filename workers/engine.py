@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
+from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill_chunk
 from workers.kv_cache import BatchCache
@@ -29,6 +30,7 @@ from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import (
+    MAX_DRAFT_DEPTH,
     Completion,
     EngineInfo,
     RequestOutput,
@@ -69,6 +71,11 @@ class Engine:
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         self.cache = BatchCache.for_model(model)
         self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
+        self.depth_policy = (
+            DepthPolicy(self.config.draft_depth)
+            if drafter is not None and self.config.adaptive_depth
+            else None
+        )
         self._verify_hidden: mx.array | None = None
         self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
@@ -115,16 +122,20 @@ class Engine:
             return bool(self.rows or self.waiting or self._inbox or self._prefill)
 
     def step(self) -> list[RequestOutput]:
+        t0 = time.perf_counter()
         events = self._take_new_work()
         stats = RoundStats()
         self._admit(stats)
         events += self._drop_finished()  # aborted rows leave before the round computes them
-        if self.rows:
-            self._round(stats)
+        round_ = self._round(stats) if self.rows else None
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
         events += [e for r in self.rows if (e := r.take_event()) is not None]
         self._drop_finished()
+        if round_ is not None and self.depth_policy is not None:
+            proposal, verdict = round_
+            step_s = time.perf_counter() - t0 - stats.time_prefill_s
+            self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         return events
 
     def take_round_stats(self) -> list[RoundStats]:
@@ -190,7 +201,7 @@ class Engine:
         return [done[i] for i in ids]
 
     # -- the speculative round ------------------------------------------------------------------
-    def _round(self, stats: RoundStats) -> None:
+    def _round(self, stats: RoundStats) -> tuple[Proposal, Verdict]:
         """draft -> verify -> accept -> compact -> emit, for every running row at once."""
         t0 = time.perf_counter()
         sampling = self._sampling()  # None: every row greedy without penalties
@@ -204,6 +215,7 @@ class Engine:
         t3 = time.perf_counter()
         self._emit(proposal, verdict, stats)
         stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
+        return proposal, verdict
 
     def _sampling(self) -> RoundSampling | None:
         return RoundSampling.for_rows(
@@ -269,11 +281,20 @@ class Engine:
         """
         B = len(self.rows)
         capacity = max(0, self.config.max_verify_tokens // max(B, 1) - 1)
+        cap = self.config.draft_depth
+        if self.depth_policy is not None:
+            cap = self.depth_policy.choose(B)
+        adaptive = cap < self.config.draft_depth
         return np.array(
             [
                 max(
                     0,
-                    min(r.params.draft_depth or self.config.draft_depth, r.remaining - 1, capacity),
+                    min(
+                        r.params.draft_depth or self.config.draft_depth,
+                        cap if adaptive and r.params.depth_invariant else MAX_DRAFT_DEPTH,
+                        r.remaining - 1,
+                        capacity,
+                    ),
                 )
                 for r in self.rows
             ],

@@ -208,6 +208,9 @@ class BatchCache:
     def keep_rows(self, keep: Sequence[int]) -> None:
         """Drop every row not in `keep` (finished or aborted rows), preserving order."""
         keep_idx = list(keep)
+        # The window array describes the last forward, which may predate rows that joined since
+        # (a round that drafted nothing runs no draft forward): index it one entry per row.
+        window = self._window_rows()
         self.lengths = self.lengths[keep_idx] if keep_idx else np.zeros(0, dtype=np.int64)
         rows = mx.array(np.asarray(keep_idx, dtype=np.int32))
         max_len = int(self.lengths.max(initial=0))
@@ -218,7 +221,7 @@ class BatchCache:
             self.layers = BatchCache(self.recurrent).layers
             for layer in self.layers:
                 layer.owner = self
-        self.window_valid = self.window_valid[keep_idx] if keep_idx else self.lengths.copy()
+        self.window_valid = window[keep_idx] if keep_idx else self.lengths.copy()
         self._refresh()
 
     def append(self, other: BatchCache) -> None:
@@ -226,8 +229,16 @@ class BatchCache:
         assert other.recurrent == self.recurrent
         for mine, theirs in zip(self.layers, other.layers):
             mine.append_rows(theirs, self.num_rows, other.num_rows)
+        self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
         self.lengths = np.concatenate([self.lengths, other.lengths])
         self._refresh()
+
+    def _window_rows(self) -> np.ndarray:
+        """window_valid with exactly one entry per row (rows it has not seen: 0)."""
+        w = np.zeros(self.num_rows, dtype=np.int64)
+        n = min(len(self.window_valid), self.num_rows)
+        w[:n] = self.window_valid[:n]
+        return w
 
     def state_arrays(self) -> list[mx.array]:
         return [a for layer in self.layers for a in layer.arrays()]

@@ -40,6 +40,12 @@ class SamplingParams:
     # must still count those tokens as output for the tokens to equal an uninterrupted run.
     num_resumed_tokens: int = 0
 
+    @property
+    def depth_invariant(self) -> bool:
+        """Whether the tokens are the same at every draft depth (greedy, or coupled sampling),
+        so the engine may change this row's depth round by round without changing its output."""
+        return self.temperature == 0 or self.acceptance == "coupled"
+
     def __post_init__(self) -> None:
         def bad(name: str, value: object, fix: str) -> ValueError:
             return ValueError(f"SamplingParams.{name}={value!r} is invalid: {fix}")

@@ -27,7 +27,11 @@ def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
     g = p.add_argument_group("engine")
     g.add_argument("--model", help="mlx-lm model directory (default: the embedded default model)")
     g.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH' (default: none)")
-    g.add_argument("--draft-depth", type=int, default=4)
+    g.add_argument("--draft-depth", type=int, default=4, help="most drafts per row per round")
+    g.add_argument(
+        "--fixed-depth", action="store_true",
+        help="always draft --draft-depth tokens (default: as deep as measured to pay)",
+    )  # fmt: skip
     g.add_argument("--max-batch-size", type=int, default=16)
     g.add_argument("--max-context", type=int)
     g.add_argument(
@@ -82,6 +86,7 @@ def configs_from_args(args: argparse.Namespace):  # -> tuple[EngineSpec, WorkerS
         model=args.model,
         drafter=args.drafter,
         draft_depth=args.draft_depth,
+        adaptive_depth=not args.fixed_depth,
         max_batch_size=args.max_batch_size,
         max_context=args.max_context,
         factory=args.engine_factory,

@@ -15,6 +15,9 @@ class EngineSpec:
     model: str | None = None  # mlx-lm model directory; None = the embedded default model
     drafter: str | None = None  # "model:PATH" | "ngram" | "mtp" | None
     draft_depth: int = 4
+    # Serving default: each round drafts only as deep as the worker's own timings say pays
+    # (EngineConfig.adaptive_depth); draft_depth is then the most it drafts.
+    adaptive_depth: bool = True
     max_batch_size: int = 16
     max_context: int | None = None
     # "package.module:function" returning a ready Engine (custom loaders, tests); overrides model.
@@ -51,6 +54,7 @@ class EngineSpec:
 
         config: dict[str, Any] = {
             "draft_depth": self.draft_depth,
+            "adaptive_depth": self.adaptive_depth,
             "max_batch_size": self.max_batch_size,
         }
         if self.max_context is not None:
