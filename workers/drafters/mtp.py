@@ -67,6 +67,11 @@ class MTPDrafter:
         head.set_dtype(text_model(target).model.embed_tokens.weight.dtype)
         return cls(target, head)
 
+    @property
+    def hidden_norm(self) -> str:
+        """The target hidden the head reads: 'pre_norm' or 'post_norm' (checkpoint setting)."""
+        return str(self.head.args.hidden_norm)  # type: ignore[attr-defined]
+
     # -- membership -----------------------------------------------------------------------------
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
         """Pair each prompt's hidden states with its next tokens and run them into the cache."""
@@ -157,7 +162,7 @@ class MTPDrafter:
 
     def _head_hidden(self, hidden: mx.array) -> mx.array:
         """The engine's hidden [B, L, H] as the head reads it (see `engine_hidden`)."""
-        wanted = self.head.args.hidden_norm  # type: ignore[attr-defined]
+        wanted = self.hidden_norm
         if self.engine_hidden == wanted:
             return hidden
         if self.engine_hidden == "pre_norm":  # and the head wants post_norm

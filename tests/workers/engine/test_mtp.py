@@ -202,3 +202,27 @@ def test_post_norm_parity_hybrid_target():
     for bs in (1, 6):
         accepted, drafted = _run(target, head, prompts, refs, bs, 3, "qwen3_5 post_norm")
         assert 0 < accepted < drafted
+
+
+def test_engine_may_hand_over_the_post_norm_hidden_itself(post_norm_setup, monkeypatch):
+    """The zero-extra-norm path: an engine that computes the post-norm hidden (the lm_head's
+    input) and says so via `engine_hidden` gets the same drafts as the drafter normalising."""
+    import functools
+
+    import workers.engine as engine_mod
+
+    target, head, prompts, refs = post_norm_setup
+    base = _run(target, head, prompts, refs, 6, 3, "drafter normalises")
+    drafter = MTPDrafter(target, head)
+    assert drafter.hidden_norm == "post_norm"
+    drafter.engine_hidden = "post_norm"
+    for name in ("forward_window_hidden", "prefill_chunk"):
+        fn = functools.partial(getattr(engine_mod, name), post_norm=True)
+        monkeypatch.setattr(engine_mod, name, fn)
+    engine = Engine(target, drafter=drafter, max_batch_size=6, draft_depth=3)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    for i, (o, ref) in enumerate(zip(outs, refs)):
+        assert_matches(o.tokens, ref, f"engine post-norm row {i}")
+    stats = engine.take_round_stats()
+    got = sum(s.num_accepted_tokens for s in stats), sum(s.num_draft_tokens for s in stats)
+    assert got == base
