@@ -87,10 +87,13 @@ def run_engine(
     depth: int,
     temperature: float = 0.0,
     adaptive: bool = False,
+    policy=None,
 ) -> dict:
     engine = Engine(
         model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth, adaptive_depth=adaptive
     )
+    if policy is not None:  # what the warm-up pass learned, as a worker that has been serving
+        engine.depth_policy = policy
     sps = [
         SamplingParams(
             max_tokens=max_tokens,
@@ -122,6 +125,7 @@ def run_engine(
         if drafts
         else [],
         "rounds": len(stats),
+        "policy": engine.depth_policy,
     }
 
 
@@ -214,13 +218,15 @@ def main() -> None:
                 target, prompts, args.max_tokens, B, T
             )
             for name, make in drafters.items():
+                policy = None
                 for _ in range(2):  # the first pass warms up kernels and buffers
                     drafter = make() if make is not None else None
                     depth = args.depth if make is not None else 1
                     row[name] = run_engine(
                         target, tok, drafter, prompts, args.max_tokens, B, depth, T,
-                        adaptive=name.endswith("_adaptive"),
+                        adaptive=name.endswith("_adaptive"), policy=policy,
                     )  # fmt: skip
+                    policy = row[name].pop("policy")
             base = row["mlx_lm_batch_generator"]["tokens_per_s"]
             for r in row.values():
                 r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base

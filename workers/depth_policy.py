@@ -11,12 +11,14 @@ per second for the running batch of B rows:
 
 c_j is the acceptance at draft position j given that position j-1 was accepted. time(B, k) is
 the engine step's measured wall time (prefill excluded) at that batch size and depth: the
-median of the recent rounds of that (B, k), else a least-squares fit over all recent rounds on
-[1, B, k > 0, k, B*k] (verify width k+1 on B rows; a drafter's fixed cost per round, e.g. an
+median of the recent rounds of that (B, k) (the first round of every shape is dropped: it pays
+one-time costs such as a GPU backend building kernels for the new shape, ~40 ms each on MLX
+CUDA), else a least-squares fit over those per-shape medians on [1, B, k > 0, k, B*k] (verify width k+1 on B rows; a drafter's fixed cost per round, e.g. an
 MTP head folding in the last verify's hidden states, and its cost per step). Whole-step time,
 not per-phase time: what a depth costs includes its bookkeeping, which a per-phase model
 misattributes. The first rounds and every `explore_every`-th round try the depths in turn, so
-every depth stays measured and a bad early estimate cannot lock the choice in.
+every depth stays measured and a bad early estimate cannot lock the choice in; a depth below
+the configured one is taken only for a predicted gain above `min_gain`.
 Pure numpy: the engine feeds it and obeys it.
 """
 
@@ -48,7 +50,9 @@ class DepthPolicy:
     explore_every: int = 16  # every n-th round drafts an exploration depth
     decay: float = 0.995  # per-round forgetting of acceptance counts
     refresh_every: int = 8  # rounds a choice is reused for the same B (a fit costs ~0.3 ms)
+    min_gain: float = 0.05  # leave max_depth only for a predicted gain above this
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
+    _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
     _tried: np.ndarray = field(init=False)  # [max_depth] decayed rows that reached position j
     _hit: np.ndarray = field(init=False)  # [max_depth] decayed rows accepted at position j
@@ -71,7 +75,11 @@ class DepthPolicy:
         if B == 0:
             return
         self._rounds += 1
-        self._rows.append((B, int(draft_counts.max(initial=0)), step_time_s))
+        k = int(draft_counts.max(initial=0))
+        if (B, k) in self._seen:
+            self._rows.append((B, k, step_time_s))
+        else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
+            self._seen.add((B, k))
         while len(self._rows) > self.window:
             self._rows.popleft()
         # Position j was tried by rows that drafted more than j tokens and had the j before it
@@ -94,13 +102,21 @@ class DepthPolicy:
     # -- the choice -------------------------------------------------------------------------------
     def round_cost(self, batch_size: int, depth: int) -> float:
         """Predicted seconds of one engine step of `batch_size` rows drafting `depth`."""
-        r = np.array(self._rows, dtype=np.float64).reshape(-1, 3)
-        same = r[(r[:, 0] == batch_size) & (r[:, 1] == depth), 2]
-        if len(same) >= 2:
-            return float(np.median(same))
-        coef = fit_linear(_features(r[:, 0], r[:, 1]), r[:, 2])
+        cells = self._cell_medians()  # {(B, k): median seconds}: robust to one-off spikes
+        if (batch_size, depth) in cells:
+            return cells[(batch_size, depth)]
+        if not cells:
+            return 0.0
+        keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
+        coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
         x = _features(np.array([float(batch_size)]), np.array([float(depth)]))
         return max(0.0, float((x @ coef)[0]))
+
+    def _cell_medians(self) -> dict[tuple[int, int], float]:
+        by_cell: dict[tuple[int, int], list[float]] = {}
+        for B, k, t in self._rows:
+            by_cell.setdefault((B, k), []).append(t)
+        return {cell: float(np.median(ts)) for cell, ts in by_cell.items()}
 
     def choose(self, batch_size: int) -> int:
         """The depth cap for the next round of `batch_size` rows."""
@@ -116,8 +132,11 @@ class DepthPolicy:
         rates = [
             expected_tokens(c, k) / max(self.round_cost(batch_size, k), 1e-9) for k in range(D + 1)
         ]
-        self._chosen[batch_size] = (self._rounds, int(np.argmax(rates)))
-        return self._chosen[batch_size][1]
+        best = int(np.argmax(rates))
+        if rates[best] < (1 + self.min_gain) * rates[D]:
+            best = D  # not worth leaving the configured depth on a thin margin
+        self._chosen[batch_size] = (self._rounds, best)
+        return best
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:

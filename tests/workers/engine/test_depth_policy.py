@@ -14,8 +14,9 @@ from workers.depth_policy import DepthPolicy, expected_tokens, fit_linear
 class SimulatedMachine:
     """A machine with known round costs and per-position acceptance, noisy like a real one."""
 
-    def __init__(self, verify, draft, accept, other=lambda B: 0.002 + 0.0001 * B, seed=0):
+    def __init__(self, verify, draft, accept, other=lambda B: 0.002 + 0.0001 * B, seed=0, jit=0.0):
         self.verify, self.draft, self.other = verify, draft, other
+        self.jit, self.built = jit, set()  # first round of a shape pays `jit` seconds more
         self.accept = np.array(accept)
         self.rng = np.random.default_rng(seed)
 
@@ -32,7 +33,9 @@ class SimulatedMachine:
         accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(B, dtype=int)
         noise = self.rng.normal(1.0, 0.03)
         step = self.draft(B, k) + self.verify(B, k + 1) + self.other(B)
-        policy.observe(counts, accepted, step * noise)
+        spike = 0.0 if (B, k) in self.built else self.jit
+        self.built.add((B, k))
+        policy.observe(counts, accepted, step * noise + spike)
         return k
 
 
@@ -70,9 +73,11 @@ MACHINES = {
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
 @pytest.mark.parametrize("B", [1, 8])
-def test_policy_finds_a_near_best_depth_on_a_simulated_machine(name, B):
+@pytest.mark.parametrize("jit", [0.0, 0.04])
+def test_policy_finds_a_near_best_depth_on_a_simulated_machine(name, B, jit):
+    """jit: every new shape's first round costs 40 ms more (MLX CUDA builds kernels per shape)."""
     verify, draft, accept = MACHINES[name]
-    machine = SimulatedMachine(verify, draft, accept, seed=B)
+    machine = SimulatedMachine(verify, draft, accept, seed=B, jit=jit)
     policy = DepthPolicy(max_depth=4)
     for _ in range(200):
         machine.round(policy, B)
