@@ -228,6 +228,7 @@ def train_all(
     target.freeze()
 
     tcfg["mtp_num_hidden_layers"] = 1
+    tcfg["specfleet_mtp_hidden"] = "pre_norm"  # chain_forward trains on the pre-norm hidden
     mtp = MTPHead(MTPArgs.from_target_config(tcfg))
     mx.eval(mtp.parameters())
     D = cfg.mtp_depth
