@@ -5,7 +5,9 @@ grpc: worker links (cluster/worker_rpc.py, or a fake in tests) call `worker_conn
 `worker_events` and `worker_disconnected`, and the scheduler calls `link.send(...)`.
 
 Exactly-once: each dispatch of a request is an *attempt* with its own wire id
-"<request id>~<attempt>". Only events of the current attempt are applied, each new token is
+"<request id>~<attempt>.<dispatch>", the dispatch number unique for the scheduler's life: a
+request id submitted again after a cancel (a killed batch job resuming) must not collide with
+its earlier attempt, which the worker may still be aborting. Only events of the current attempt are applied, each new token is
 appended to the request's committed output once, and when a worker's stream breaks every
 request in flight there is re-queued (ahead of the queue bound) with its committed prefix
 (prompt + tokens emitted so far) as the new prompt, max_tokens reduced by what was emitted and
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import secrets
 import time
@@ -101,6 +104,7 @@ class Scheduler:
         self.live: dict[str, RequestState] = {}
         self.finished: OrderedDict[str, RequestState] = OrderedDict()
         self._wire: dict[str, str] = {}  # current wire id -> request id
+        self._dispatches = itertools.count(1)  # makes every wire id unique
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -271,7 +275,7 @@ class Scheduler:
         for p in batch.requests:
             state = self.live[p.request_id]
             state.attempt += 1
-            state.wire_id = f"{state.request_id}~{state.attempt}"
+            state.wire_id = f"{state.request_id}~{state.attempt}.{next(self._dispatches)}"
             state.worker_id, state.kv_tokens = batch.worker_id, p.kv_tokens
             state.cur_draft = state.cur_accepted = 0
             if state.first_dispatch is None:

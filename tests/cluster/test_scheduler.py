@@ -269,3 +269,23 @@ def test_unseeded_sampled_requests_get_one_seed_at_admission() -> None:
                 await collect(h.sched, s)
 
     asyncio.run(main())
+
+
+def test_resubmitting_a_cancelled_id_runs_again_while_the_worker_still_aborts() -> None:
+    """A killed batch job resumes with the same request ids while the worker may still be
+    aborting the first attempts (seen under load: "request id '<id>~1' is already running on
+    this session"). Every dispatch needs a wire id of its own."""
+
+    async def main() -> None:
+        async with Harness(n=1, step_delay_s=0.02) as h:
+            p = SamplingParams(max_tokens=40)
+            first = h.sched.submit(GenerateInput(prompt=[4, 2], params=p, request_id="job-c77"))
+            while not first.tokens:
+                await asyncio.sleep(0.005)
+            assert h.sched.cancel("job-c77")
+            again = h.sched.submit(GenerateInput(prompt=[4, 2], params=p, request_id="job-c77"))
+            toks, last, _ = await collect(h.sched, again)
+            assert last.error_code is None, last
+            assert toks == reference([4, 2], 40)
+
+    asyncio.run(main())

@@ -39,7 +39,7 @@ def test_priority_and_deadline_order_under_one_slot() -> None:
         p = SamplingParams(max_tokens=2)
         first = s.submit(GenerateInput(prompt=[1], params=p, request_id="first"))
         await asyncio.sleep(0.01)
-        assert [x.request_id for x in link.sent] == ["first~1"]
+        assert [x.request_id for x in link.sent] == ["first~1.1"]  # attempt 1, dispatch 1
         s.submit(GenerateInput(prompt=[2], params=p, request_id="low"))
         s.submit(GenerateInput(prompt=[3], params=p, request_id="late", timeout_s=60))
         s.submit(GenerateInput(prompt=[4], params=p, request_id="soon", timeout_s=5))
@@ -62,15 +62,18 @@ def test_priority_and_deadline_order_under_one_slot() -> None:
             GenerateInput(prompt=[9, 9], params=SamplingParams(max_tokens=5), request_id="r")
         )
         await asyncio.sleep(0.01)
-        s.worker_events("w", [RequestOutput("r~1", [1, 2], False)])
+        w1 = link.sent[-1].request_id
+        assert w1.startswith("r~1.")
+        s.worker_events("w", [RequestOutput(w1, [1, 2], False)])
         s.worker_disconnected("w", "test")
         s.worker_connected("w", status(1))
         await asyncio.sleep(0.01)
         resumed = link.sent[-1]
-        assert resumed.request_id == "r~2" and resumed.prompt == [9, 9, 1, 2]
+        w2 = resumed.request_id
+        assert w2.startswith("r~2.") and resumed.prompt == [9, 9, 1, 2]
         assert resumed.params.max_tokens == 3
-        s.worker_events("w", [RequestOutput("r~1", [66], False)])  # stale attempt: ignored
-        s.worker_events("w", [RequestOutput("r~2", [3, 4, 5], True, "length")])
+        s.worker_events("w", [RequestOutput(w1, [66], False)])  # stale attempt: ignored
+        s.worker_events("w", [RequestOutput(w2, [3, 4, 5], True, "length")])
         assert r.tokens == [1, 2, 3, 4, 5] and r.final.usage.requeues == 1
         await s.stop()
 

@@ -312,6 +312,7 @@ def test_offline_batch_kill_and_resume_against_cluster(fleet, tmp_path: Path) ->
     want = reference(fleet, ps, 6)
     for i in range(160):
         body = by[f"c{i}"]["response"]["body"]
+        assert body is not None, by[f"c{i}"]  # the row's error says why
         assert body["specfleet"]["token_ids"] == want[i]
     assert by["bad"]["response"]["status_code"] == 400 and "top_p" in by["bad"]["error"]["message"]
     errors = [json.loads(x) for x in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
