@@ -25,6 +25,7 @@ from typing import Any
 import workers
 from cluster.batch_job import BatchJobConfig, BatchSummary, main_with_backend
 from cluster.openai_format import BodyError, GenerationResult, ParsedBody
+from workers.service.engine_spec import EngineSpec, add_engine_args
 
 TOKEN_ENV = "SPECFLEET_AUTH_TOKEN"
 DEFAULT_MODEL_DIR = Path(workers.__file__).parent / "default_model" / "target"
@@ -72,15 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start (or join) a Ray cluster and serve the gateway")
     up.add_argument("--address", help="Ray address to join (e.g. auto); default: start locally")
     up.add_argument("--workers", type=int, help="number of workers (local default 2)")
-    up.add_argument("--model", help="mlx-lm model directory (default: embedded default model)")
-    up.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH'")
-    up.add_argument("--draft-depth", type=int, default=4, help="most drafts per row per round")
-    up.add_argument(
-        "--fixed-depth", action="store_true",
-        help="always draft --draft-depth tokens (default: as deep as measured to pay)",
-    )  # fmt: skip
-    up.add_argument("--max-batch-size", type=int, default=16)
-    up.add_argument("--max-context", type=int)
+    add_engine_args(up)
     up.add_argument("--tokenizer", help="tokenizer dir/file (default: the model directory)")
     up.add_argument("--gateway-host", default=None, help="default 127.0.0.1 local, 0.0.0.0 joined")
     up.add_argument("--gateway-port", type=int, default=50050)
@@ -224,7 +217,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     from cluster.runtime import RuntimeConfig
     from cluster.scheduler import SchedulerConfig
     from cluster.worker_rpc import LinkConfig
-    from workers.service.engine_spec import EngineSpec
     from workers.service.grpc_auth import TLSFiles
     from workers.service.grpc_server import WorkerServerConfig
     from workers.service.ray_actor import WORKER_RESOURCE
@@ -245,14 +237,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     token = _read_token(args.auth_token_file)
     tls = TLSFiles(args.tls_server_cert, args.tls_server_key) if args.tls_server_cert else None
     tokenizer = args.tokenizer or args.model or str(DEFAULT_MODEL_DIR)
-    engine = EngineSpec(
-        model=args.model,
-        drafter=args.drafter,
-        draft_depth=args.draft_depth,
-        adaptive_depth=not args.fixed_depth,
-        max_batch_size=args.max_batch_size,
-        max_context=args.max_context,
-    )
+    engine = EngineSpec.from_args(args)
     spec = ClusterSpec(
         engine=engine,
         worker=WorkerServerConfig(

@@ -25,9 +25,16 @@ Pure numpy: the engine feeds it and obeys it.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
+
+if TYPE_CHECKING:
+    from workers.rows import Row
 
 
 def expected_tokens(cond_accept: np.ndarray, depth: int) -> float:
@@ -137,6 +144,35 @@ class DepthPolicy:
             best = D  # not worth leaving the configured depth on a thin margin
         self._chosen[batch_size] = (self._rounds, best)
         return best
+
+
+def row_depths(
+    rows: Sequence[Row], draft_depth: int, verify_tokens_per_row: int, cap: int | None
+) -> np.ndarray:
+    """[B] each row's draft depth this round: the request's or the engine's `draft_depth`,
+    clamped to what fits, and to the policy's `cap` where the row's tokens allow it.
+
+    The bonus token counts against max_tokens and the context, and one verify forward carries
+    at most max_verify_tokens (B * verify_tokens_per_row) tokens, so deep drafts shrink instead
+    of failing. The cap applies to depth-invariant rows only (greedy, coupled sampling).
+    """
+    capacity = max(0, verify_tokens_per_row - 1)
+    capped = cap is not None and cap < draft_depth
+    return np.array(
+        [
+            max(
+                0,
+                min(
+                    r.params.draft_depth or draft_depth,
+                    cap if capped and cap is not None and r.params.depth_invariant else MAX_DEPTH,
+                    r.remaining - 1,
+                    capacity,
+                ),
+            )
+            for r in rows
+        ],
+        dtype=np.int64,
+    )
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:

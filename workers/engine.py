@@ -22,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
-from workers.depth_policy import DepthPolicy
+from workers.depth_policy import DepthPolicy, row_depths
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill_chunk
 from workers.kv_cache import BatchCache
@@ -30,7 +30,6 @@ from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import (
-    MAX_DRAFT_DEPTH,
     Completion,
     EngineInfo,
     RequestOutput,
@@ -274,31 +273,11 @@ class Engine:
             stats.num_generated_tokens += max(0, row.num_generated - before)
 
     def _draft_depths(self) -> np.ndarray:
-        """Per-row draft depth: the request's or the engine's, clamped to what fits.
-
-        The bonus token counts against max_tokens and the context, and one verify forward
-        carries at most max_verify_tokens tokens, so deep drafts shrink instead of failing.
-        """
+        """[B] per-row draft depth (workers/depth_policy.py::row_depths)."""
         B = len(self.rows)
-        capacity = max(0, self.config.max_verify_tokens // max(B, 1) - 1)
-        cap = self.config.draft_depth
-        if self.depth_policy is not None:
-            cap = self.depth_policy.choose(B)
-        adaptive = cap < self.config.draft_depth
-        return np.array(
-            [
-                max(
-                    0,
-                    min(
-                        r.params.draft_depth or self.config.draft_depth,
-                        cap if adaptive and r.params.depth_invariant else MAX_DRAFT_DEPTH,
-                        r.remaining - 1,
-                        capacity,
-                    ),
-                )
-                for r in self.rows
-            ],
-            dtype=np.int64,
+        cap = self.depth_policy.choose(B) if self.depth_policy is not None else None
+        return row_depths(
+            self.rows, self.config.draft_depth, self.config.max_verify_tokens // max(B, 1), cap
         )
 
     # -- membership -----------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import sys
 import threading
 from pathlib import Path
 
+from workers.service.engine_spec import EngineSpec, add_engine_args
+
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
 TOKEN_ENV = "SPECFLEET_WORKER_TOKEN"
@@ -25,15 +27,7 @@ TOKEN_ENV = "SPECFLEET_WORKER_TOKEN"
 def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Serve one specfleet engine over gRPC.")
     g = p.add_argument_group("engine")
-    g.add_argument("--model", help="mlx-lm model directory (default: the embedded default model)")
-    g.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH' (default: none)")
-    g.add_argument("--draft-depth", type=int, default=4, help="most drafts per row per round")
-    g.add_argument(
-        "--fixed-depth", action="store_true",
-        help="always draft --draft-depth tokens (default: as deep as measured to pay)",
-    )  # fmt: skip
-    g.add_argument("--max-batch-size", type=int, default=16)
-    g.add_argument("--max-context", type=int)
+    add_engine_args(g)
     g.add_argument(
         "--engine-factory", metavar="MODULE:FUNC", help="build the engine by calling this instead"
     )
@@ -77,20 +71,11 @@ def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
 
 
 def configs_from_args(args: argparse.Namespace):  # -> tuple[EngineSpec, WorkerServerConfig]
-    from workers.service.engine_spec import EngineSpec
     from workers.service.grpc_auth import TLSFiles
     from workers.service.grpc_server import WorkerServerConfig
     from workers.service.rpc_codec import CodecLimits
 
-    spec = EngineSpec(
-        model=args.model,
-        drafter=args.drafter,
-        draft_depth=args.draft_depth,
-        adaptive_depth=not args.fixed_depth,
-        max_batch_size=args.max_batch_size,
-        max_context=args.max_context,
-        factory=args.engine_factory,
-    )
+    spec = EngineSpec.from_args(args, factory=args.engine_factory)
     token = (
         Path(args.auth_token_file).read_text().strip()
         if args.auth_token_file

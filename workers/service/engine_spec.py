@@ -3,6 +3,7 @@ arguments become one of these), so the model is loaded once, inside the worker p
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,19 @@ class EngineSpec:
                 f"EngineSpec.factory={self.factory!r} is invalid: use 'package.module:function'"
             )
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **extra: Any) -> EngineSpec:
+        """The spec the flags of add_engine_args describe."""
+        return cls(
+            model=args.model,
+            drafter=args.drafter,
+            draft_depth=args.draft_depth,
+            adaptive_depth=not args.fixed_depth,
+            max_batch_size=args.max_batch_size,
+            max_context=args.max_context,
+            **extra,
+        )
+
     @property
     def model_name(self) -> str:
         """The `model` metrics label."""
@@ -60,3 +74,16 @@ class EngineSpec:
         if self.max_context is not None:
             config["max_context"] = self.max_context
         return Engine.load(self.model, drafter=self.drafter, **config)
+
+
+def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The engine flags `specfleet worker` and `specfleet up` share (EngineSpec.from_args)."""
+    p.add_argument("--model", help="mlx-lm model directory (default: the embedded default model)")
+    p.add_argument("--drafter", help="'ngram', 'mtp' or 'model:PATH' (default: none)")
+    p.add_argument("--draft-depth", type=int, default=4, help="most drafts per row per round")
+    p.add_argument(
+        "--fixed-depth", action="store_true",
+        help="always draft --draft-depth tokens (default: as deep as measured to pay)",
+    )  # fmt: skip
+    p.add_argument("--max-batch-size", type=int, default=16)
+    p.add_argument("--max-context", type=int)
