@@ -155,9 +155,15 @@ class Corpus:
             return cls(z["train"].astype(np.int32), z["heldout"].astype(np.int32), **meta)
 
 
-def build_corpus(cfg: TrainConfig, tok: Any) -> Corpus:
+def split_sources(cfg: TrainConfig) -> tuple[list[corpus.SourceFile], list[corpus.SourceFile]]:
+    """(train files, held-out files); evaluation text stays the default split's (no tests)."""
     train_files, heldout = corpus.split(corpus.list_sources(include_tests=cfg.include_tests))
-    heldout = corpus.without_tests(heldout)  # evaluation text stays the default split's
+    return train_files, corpus.without_tests(heldout)
+
+
+def build_corpus(
+    tok: Any, train_files: list[corpus.SourceFile], heldout: list[corpus.SourceFile]
+) -> Corpus:
     eos = tok.token_to_id(corpus.EOS)
     assert eos is not None, "the tokenizer lacks the EOS special token"
     return Corpus(
@@ -185,16 +191,14 @@ def train_all(
     tok: Any = None
     heldout = []
     if data is None:
-        files = corpus.list_sources(include_tests=cfg.include_tests)
-        train_files, heldout = corpus.split(files)
-        heldout = corpus.without_tests(heldout)
+        train_files, heldout = split_sources(cfg)
         if tokenizer is not None:
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_file(str(tokenizer))
         else:
             tok = artifacts.train_tokenizer([f.text for f in train_files], cfg.vocab_size)
-        data = build_corpus(cfg, tok)
+        data = build_corpus(tok, train_files, heldout)
     stream = data.train
     log(f"python {data.python_version}: {data.train_files} train files, {len(stream)} tokens")
     held = corpus.eval_windows(data.heldout, cfg.seq_len, 64)
@@ -366,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
             p.error("--export-corpus needs --tokenizer (the tokenizer the corpus is encoded with)")
         from tokenizers import Tokenizer
 
-        built = build_corpus(cfg, Tokenizer.from_file(str(tokenizer)))
+        built = build_corpus(Tokenizer.from_file(str(tokenizer)), *split_sources(cfg))
         built.save(export)
         log(f"wrote {export}: {len(built.train)} train / {len(built.heldout)} held-out tokens")
     elif stage == "draft":
