@@ -107,17 +107,20 @@ class DepthPolicy:
         return out
 
     # -- the choice -------------------------------------------------------------------------------
-    def round_cost(self, batch_size: int, depth: int) -> float:
-        """Predicted seconds of one engine step of `batch_size` rows drafting `depth`."""
+    def round_costs(self, batch_size: int) -> np.ndarray:
+        """[max_depth + 1] predicted seconds of one engine step of `batch_size` rows per depth.
+
+        A shape measured at least once (its first round aside) costs its median; the others
+        come from one least-squares fit over those medians, made once for all depths.
+        """
         cells = self._cell_medians()  # {(B, k): median seconds}: robust to one-off spikes
-        if (batch_size, depth) in cells:
-            return cells[(batch_size, depth)]
+        depths = np.arange(self.max_depth + 1, dtype=np.float64)
         if not cells:
-            return 0.0
+            return np.zeros(len(depths))
         keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
         coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
-        x = _features(np.array([float(batch_size)]), np.array([float(depth)]))
-        return max(0.0, float((x @ coef)[0]))
+        fitted = np.maximum(0.0, _features(np.full_like(depths, batch_size), depths) @ coef)
+        return np.array([cells.get((batch_size, k), fitted[k]) for k in range(self.max_depth + 1)])
 
     def _cell_medians(self) -> dict[tuple[int, int], float]:
         by_cell: dict[tuple[int, int], list[float]] = {}
@@ -136,9 +139,8 @@ class DepthPolicy:
         if self._rounds - at < self.refresh_every:
             return depth
         c = self.acceptance()
-        rates = [
-            expected_tokens(c, k) / max(self.round_cost(batch_size, k), 1e-9) for k in range(D + 1)
-        ]
+        costs = self.round_costs(batch_size)
+        rates = [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(D + 1)]
         best = int(np.argmax(rates))
         if rates[best] < (1 + self.min_gain) * rates[D]:
             best = D  # not worth leaving the configured depth on a thin margin
@@ -157,14 +159,14 @@ def row_depths(
     of failing. The cap applies to depth-invariant rows only (greedy, coupled sampling).
     """
     capacity = max(0, verify_tokens_per_row - 1)
-    capped = cap is not None and cap < draft_depth
+    row_cap = cap if cap is not None and cap < draft_depth else MAX_DEPTH
     return np.array(
         [
             max(
                 0,
                 min(
                     r.params.draft_depth or draft_depth,
-                    cap if capped and cap is not None and r.params.depth_invariant else MAX_DEPTH,
+                    row_cap if r.params.depth_invariant else MAX_DEPTH,
                     r.remaining - 1,
                     capacity,
                 ),
