@@ -252,18 +252,24 @@ def test_loader_errors_without_mtp(tmp_path: Path) -> None:
         load_mtp_head(tmp_path)
 
 
+def _plain_greedy(target, prompt: list[int], n: int) -> list[int]:
+    """mlx-lm's model stepped one token at a time with its own KV cache (the reference)."""
+    cache = make_prompt_cache(target)
+    logits = target(mx.array([prompt]), cache=cache)
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(mx.argmax(logits[0, -1]).item()))  # type: ignore[arg-type]
+        logits = target(mx.array([[out[-1]]]), cache=cache)
+    return out
+
+
 @pytest.mark.parametrize("depth", [1, 3])
 def test_reference_mtp_decode_matches_plain_greedy(depth: int) -> None:
     from workers.mtp.reference import mtp_greedy_decode
 
     target, head = _qwen3(), _head(QWEN3_CFG)
     prompt = [5, 17, 42, 8, 8, 63]
-    cache = make_prompt_cache(target)
-    logits = target(mx.array([prompt]), cache=cache)
-    plain = []
-    for _ in range(12):
-        plain.append(int(mx.argmax(logits[0, -1]).item()))  # type: ignore[arg-type]
-        logits = target(mx.array([[plain[-1]]]), cache=cache)
+    plain = _plain_greedy(target, prompt, 12)
     out, stats = mtp_greedy_decode(target, head, prompt, 12, depth)
     assert out == plain
     assert stats.drafted > 0 and 0 <= stats.accepted <= stats.drafted
@@ -358,11 +364,6 @@ def test_reference_decode_post_norm_matches_plain_greedy() -> None:
     _scramble_norms(target.model.norm)
     head = _head(QWEN3_CFG)  # post_norm (no key)
     prompt = [5, 17, 42, 8, 8, 63]
-    cache = make_prompt_cache(target)
-    logits = target(mx.array([prompt]), cache=cache)
-    plain = []
-    for _ in range(12):
-        plain.append(int(mx.argmax(logits[0, -1]).item()))  # type: ignore[arg-type]
-        logits = target(mx.array([[plain[-1]]]), cache=cache)
+    plain = _plain_greedy(target, prompt, 12)
     out, stats = mtp_greedy_decode(target, head, prompt, 12, 3)
     assert out == plain and stats.drafted > 0
