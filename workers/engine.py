@@ -70,6 +70,10 @@ class Engine:
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         self.cache = BatchCache.for_model(model)
         self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
+        # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
+        self._post_norm = self._needs_hidden and getattr(drafter, "hidden_norm", "") == "post_norm"
+        if self._post_norm:
+            drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
         self.depth_policy = (
             DepthPolicy(self.config.draft_depth)
             if drafter is not None and self.config.adaptive_depth
@@ -242,9 +246,10 @@ class Engine:
         tokens, valid = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
         self._verify_hidden = None
         if self._needs_hidden:
-            # [B, K+1, H] pre-norm hidden states: MTP heads draft the next round from them.
+            # [B, K+1, H] hidden states (pre- or post-final-norm, as the MTP head reads them):
+            # the head drafts the next round from them.
             self._verify_hidden, logits = forward_window_hidden(
-                self.model, self.cache, tokens, valid
+                self.model, self.cache, tokens, valid, self._post_norm
             )
         else:
             logits = forward_window(self.model, self.cache, tokens, valid)  # [B, K+1, V]
@@ -329,7 +334,9 @@ class Engine:
         longest = max(len(s) for s in seqs)
         step = self.config.prefill_step_size
         while p.done < longest:
-            h = prefill_chunk(self.model, p.cache, seqs, p.done, step, self._needs_hidden)
+            h = prefill_chunk(
+                self.model, p.cache, seqs, p.done, step, self._needs_hidden, self._post_norm
+            )
             if h is not None:
                 p.hidden.append(h)
             p.done += step

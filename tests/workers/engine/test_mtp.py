@@ -204,25 +204,25 @@ def test_post_norm_parity_hybrid_target():
         assert 0 < accepted < drafted
 
 
-def test_engine_may_hand_over_the_post_norm_hidden_itself(post_norm_setup, monkeypatch):
-    """The zero-extra-norm path: an engine that computes the post-norm hidden (the lm_head's
-    input) and says so via `engine_hidden` gets the same drafts as the drafter normalising."""
-    import functools
-
-    import workers.engine as engine_mod
-
+def test_engine_hands_over_the_post_norm_hidden_itself(post_norm_setup):
+    """The zero-extra-norm path: for a post-norm head the engine returns the post-norm hidden
+    (the lm_head's input) and says so via `engine_hidden`; the drafts equal those of the
+    drafter normalising a pre-norm hidden itself."""
     target, head, prompts, refs = post_norm_setup
-    base = _run(target, head, prompts, refs, 6, 3, "drafter normalises")
-    drafter = MTPDrafter(target, head)
-    assert drafter.hidden_norm == "post_norm"
-    drafter.engine_hidden = "post_norm"
-    for name in ("forward_window_hidden", "prefill_chunk"):
-        fn = functools.partial(getattr(engine_mod, name), post_norm=True)
-        monkeypatch.setattr(engine_mod, name, fn)
-    engine = Engine(target, drafter=drafter, max_batch_size=6, draft_depth=3)
-    outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
-    for i, (o, ref) in enumerate(zip(outs, refs)):
-        assert_matches(o.tokens, ref, f"engine post-norm row {i}")
-    stats = engine.take_round_stats()
-    got = sum(s.num_accepted_tokens for s in stats), sum(s.num_draft_tokens for s in stats)
+
+    def run(engine_normalises: bool) -> tuple[int, int]:
+        drafter = MTPDrafter(target, head)
+        assert drafter.hidden_norm == "post_norm"
+        engine = Engine(target, drafter=drafter, max_batch_size=6, draft_depth=3)
+        assert drafter.engine_hidden == "post_norm" and engine._post_norm
+        if not engine_normalises:  # the fallback: pre-norm in, the drafter applies the norm
+            engine._post_norm, drafter.engine_hidden = False, "pre_norm"
+        outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+        for i, (o, ref) in enumerate(zip(outs, refs)):
+            assert_matches(o.tokens, ref, f"engine post-norm={engine_normalises} row {i}")
+        stats = engine.take_round_stats()
+        return sum(s.num_accepted_tokens for s in stats), sum(s.num_draft_tokens for s in stats)
+
+    base = run(engine_normalises=False)
+    got = run(engine_normalises=True)
     assert got == base
