@@ -105,10 +105,8 @@ class Engine:
         )
         self._verify_hidden: mx.array | None = None
         self._flight: _Flight | None = None  # pipelined round launched, not read yet
-        self._pipeline_ok = (
-            self.config.pipeline
-            and not any(self.cache.recurrent)
-            and (drafter is None or bool(getattr(drafter, "device_resident", False)))
+        self._pipeline_ok = self.config.pipeline and (
+            drafter is None or bool(getattr(drafter, "device_resident", False))
         )
         self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
@@ -293,7 +291,7 @@ class Engine:
         proposal = self._draft(None, in_flight=prev.width if prev else 0)
         last = self._last_tokens(prev)
         window = self._window(last, proposal)  # [B, K+1]
-        logits = self._forward(window, np.full(len(rows), window.shape[1], dtype=np.int64))
+        logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)
         num_accepted, tokens = greedy_outcome(logits, proposal)
         want_logprobs = any(r.params.logprobs for r in rows)
         logprobs = token_logprobs(logits, tokens) if want_logprobs else None

@@ -85,7 +85,7 @@ class RaggedKVCache:
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.keys, self.values) if a is not None]
 
-    def on_commit(self, n: np.ndarray) -> None:
+    def on_commit(self, n: np.ndarray | mx.array) -> None:
         pass  # kept tokens are already in place; the owner's lengths say where rows end
 
     def take_rows(self, rows: mx.array, max_len: int) -> None:
@@ -202,10 +202,12 @@ class BatchCache:
 
         The device lengths are exact; the host's become upper bounds (+most per row), which is
         all the host needs them for (attention span, slot capacity), until `tighten` narrows
-        them again from what the host learns later. Recurrent layers need exact host counts.
+        them again from what the host learns later. Recurrent layers pick each row's state after
+        its own count on the device (verify windows keep every position's state).
         """
-        assert not any(self.recurrent), "recurrent layers commit with host counts"
         self.lengths = self.lengths + most
+        for layer in self.layers:
+            layer.on_commit(num_new)
         self.lengths_mx = self.lengths_mx + num_new.astype(mx.int32)
 
     def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:

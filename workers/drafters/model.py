@@ -70,9 +70,7 @@ class ModelDrafter:
         q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
         return Proposal(tokens=out, counts=np.minimum(depths, K), probs=q_all)
 
-    def commit(
-        self, num_accepted: object, hidden: object = None, tokens: object = None
-    ) -> None:
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
         # Host counts: this drafter is not device_resident, so the engine never pipelines it.
         assert isinstance(num_accepted, np.ndarray), type(num_accepted)
         if self._fed.shape[0] != self.cache.num_rows:

@@ -38,9 +38,7 @@ class NgramDrafter:
     def keep_rows(self, keep: Sequence[int]) -> None:
         pass
 
-    def commit(
-        self, num_accepted: object, hidden: object = None, tokens: object = None
-    ) -> None:
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
         pass
 
     def propose(self, request: DraftRequest) -> Proposal:
