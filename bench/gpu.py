@@ -123,7 +123,11 @@ def measure(model, vocab: int, B: int, max_tokens: int, depth: int, rng) -> dict
     }
 
 
-PRESETS = {"tiny": (256, 2), "1b": (2048, 16), "6b": (4096, 32)}  # hidden size, layers (Qwen3 shapes, bf16)
+PRESETS = {
+    "tiny": (256, 2),
+    "1b": (2048, 16),
+    "6b": (4096, 32),
+}  # hidden size, layers (Qwen3 shapes, bf16)
 
 
 def main() -> None:
