@@ -35,6 +35,7 @@ from cluster.scheduler import Scheduler
 log = logging.getLogger(__name__)
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 FALLBACK_CONTEXT = 4096  # chat's default max_tokens before any worker reported its context
+DRAIN = 4  # a too-large body is read and dropped up to DRAIN x the limit before the 413
 
 
 @dataclass(frozen=True)
@@ -180,14 +181,19 @@ class HttpApi:
     async def _json(self, request: Request) -> Any:
         limit = self.limits.max_body_bytes
         declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        if declared is not None and (not declared.isdigit() or int(declared) > DRAIN * limit):
             raise ApiError(413, f"body of {declared} bytes is over the {limit}-byte limit")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"body is over the {limit}-byte limit: send less")
-            chunks.append(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+            elif size > DRAIN * limit:
+                break
+        if size > limit:
+            # Read (and dropped) the rest first, up to DRAIN x the limit: a client still sending
+            # when the server answers gets a connection reset instead of this 413.
+            raise ApiError(413, f"body of {size}+ bytes is over the {limit}-byte limit: send less")
         try:
             return json.loads(b"".join(chunks))
         except (ValueError, RecursionError) as e:
