@@ -42,6 +42,7 @@ DRAIN = 4  # a too-large body is read and dropped up to DRAIN x the limit before
 class AppLimits:
     auth_token: str | None = None
     max_body_bytes: int = 16 * 1024 * 1024  # the gRPC gateway's receive limit
+    retry_grace_s: float = 5.0  # a named request outlives its client this long (a retry attaches)
 
 
 class HttpApi:
@@ -103,14 +104,15 @@ class HttpApi:
             return self._error(request, e)
         rid = state.request_id
         headers = {"x-request-id": rid}
+        grace = self.limits.retry_grace_s if "x-request-id" in request.headers else 0.0
         if req.stream:
             codec: StreamCodec
             if kind == "messages":
                 codec = an.AnthropicStream(req, rid, len(state.prompt))
             else:
                 codec = oa.OpenAIStream(req, rid, kind == "chat", self._token_text)
-            return SSEResponse(self._events(state, codec), headers)
-        work = asyncio.ensure_future(self._last(state))
+            return SSEResponse(self._events(state, codec, grace), headers)
+        work = asyncio.ensure_future(self._last(state, grace))
         if not await until_disconnect(work, request.receive):
             return Response(status_code=499)  # nobody reads it; the request was cancelled
         final = work.result()
@@ -129,17 +131,19 @@ class HttpApi:
             )
         return JSONResponse(body, headers=headers)
 
-    async def _last(self, state: RequestState) -> Delta:
+    async def _last(self, state: RequestState, grace_s: float) -> Delta:
         last: Delta | None = None
-        async for d in follow(self.sched, state):
+        async for d in follow(self.sched, state, grace_s):
             last = d
         assert last is not None and last.finished
         return last
 
-    async def _events(self, state: RequestState, codec: StreamCodec) -> AsyncIterator[str]:
+    async def _events(
+        self, state: RequestState, codec: StreamCodec, grace_s: float
+    ) -> AsyncIterator[str]:
         for line in codec.start():
             yield line
-        async for d in follow(self.sched, state):
+        async for d in follow(self.sched, state, grace_s):
             if d.error_code:
                 if d.text or d.tokens:
                     for line in codec.delta(Delta(d.request_id, d.text, d.tokens)):

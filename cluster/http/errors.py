@@ -21,7 +21,7 @@ STATUS_OF_CODE = {
     rq.INTERNAL: 500,
 }
 # Phrases of admission errors that mean "the prompt does not fit" (cluster/admission.py).
-_TOO_LONG = ("leaves no room in the context", "KV budget", "over the", "characters, over")
+_TOO_LONG = ("leaves no room in the context", "KV budget", "characters, over the", "tokens, over ")
 
 _OPENAI_TYPE = {
     400: "invalid_request_error",

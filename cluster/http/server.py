@@ -31,6 +31,7 @@ class HttpConfig:
     auth_token: str | None = None  # the gRPC gateway's bearer token
     tls: TLSFiles | None = None  # same certificate as the gRPC gateway
     max_body_bytes: int = 16 * 1024 * 1024
+    retry_grace_s: float = 5.0  # a request sent with X-Request-Id outlives its client this long
     model_name: str = ""  # accepted as `model` besides the workers' own model ids
 
     def __post_init__(self) -> None:
@@ -40,6 +41,8 @@ class HttpConfig:
             raise ValueError("HttpConfig.auth_token='': pass None to disable auth")
         if not (isinstance(self.max_body_bytes, int) and self.max_body_bytes > 0):
             raise ValueError(f"HttpConfig.max_body_bytes={self.max_body_bytes!r}: use an int > 0")
+        if not (isinstance(self.retry_grace_s, (int, float)) and self.retry_grace_s >= 0):
+            raise ValueError(f"HttpConfig.retry_grace_s={self.retry_grace_s!r}: use seconds >= 0")
 
 
 class HttpServer:
@@ -47,7 +50,7 @@ class HttpServer:
         self, scheduler: Scheduler, config: HttpConfig, model_names: Callable[[], list[str]]
     ) -> None:
         self.config = config
-        limits = AppLimits(config.auth_token, config.max_body_bytes)
+        limits = AppLimits(config.auth_token, config.max_body_bytes, config.retry_grace_s)
         self.api = HttpApi(scheduler, limits, model_names)
         self.port = 0
         self._server: uvicorn.Server | None = None

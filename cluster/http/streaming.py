@@ -1,7 +1,9 @@
 """Following a request on the scheduler from an HTTP handler, and noticing the client leave.
 
 A caller that goes away cancels its request (unless another caller attached to it through the
-same request id), exactly as the gRPC gateway does, so the worker frees the row at once.
+same request id), as the gRPC gateway does, so the worker frees the row at once. A caller that
+named its request (X-Request-Id) gets a short grace first: a client retrying after a dropped
+connection attaches to the running request instead of starting it over.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from cluster.requests import Delta, RequestState
 from cluster.scheduler import Scheduler
 
 
-async def follow(sched: Scheduler, state: RequestState) -> AsyncIterator[Delta]:
-    """The request's deltas; leaving early (cancel, close) cancels it if nobody else waits."""
+async def follow(
+    sched: Scheduler, state: RequestState, grace_s: float = 0.0
+) -> AsyncIterator[Delta]:
+    """The request's deltas; leaving early (cancel, close) cancels it if nobody else waits,
+    after `grace_s` seconds in which a retry with the same request id may attach instead."""
     inner = cast(AsyncGenerator[Delta, None], sched.stream(state))  # an async generator
     done = False
     try:
@@ -27,8 +32,16 @@ async def follow(sched: Scheduler, state: RequestState) -> AsyncIterator[Delta]:
             yield d
     finally:
         await inner.aclose()  # drop our subscription first, so `subscribers` counts the others
-        if not done and not state.finished and not state.subscribers:
-            sched.cancel(state.request_id)
+        if not done:
+            if grace_s > 0:
+                asyncio.get_running_loop().call_later(grace_s, _orphaned, sched, state)
+            else:
+                _orphaned(sched, state)
+
+
+def _orphaned(sched: Scheduler, state: RequestState) -> None:
+    if not state.finished and not state.subscribers:
+        sched.cancel(state.request_id)
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -194,6 +194,31 @@ def test_client_disconnect_mid_stream_frees_the_row(up_fleet: UpFleet) -> None:
     assert info.live_requests == 0 and all(w.inflight == 0 for w in info.workers)
 
 
+def test_retry_after_a_dropped_stream_attaches(up_fleet: UpFleet) -> None:
+    """With X-Request-Id, a dropped client's request runs on for a grace period, and the retry
+    gets the whole answer from the same single run."""
+    client = oai(up_fleet)
+    counter = "specfleet_request_success_total"
+    runs_before = up_fleet.worker_counter(counter)
+    aborted_before = up_fleet.worker_counter(counter, finished_reason="abort")
+    headers = {"X-Request-Id": f"drop-{time.time_ns()}"}
+    kw: dict[str, Any] = {"model": MODEL, "messages": CHAT, "max_tokens": 200, "temperature": 0,
+                          "extra_body": {"ignore_eos": True}}  # fmt: skip
+    first = []
+    stream = client.chat.completions.create(**kw, stream=True, extra_headers=headers)
+    for chunk in stream:
+        first.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        if len(first) == 4:
+            break
+    stream.close()
+    again = client.chat.completions.create(**kw, extra_headers=headers)
+    plain = client.chat.completions.create(**kw)
+    text = again.choices[0].message.content
+    assert text == plain.choices[0].message.content and text.startswith("".join(first))
+    assert up_fleet.worker_counter(counter) == runs_before + 2  # the retried one ran once
+    assert up_fleet.worker_counter(counter, finished_reason="abort") == aborted_before
+
+
 def test_anthropic_messages_plain_and_streamed(up_fleet: UpFleet) -> None:
     client = anthropic.Anthropic(base_url=up_fleet.http, api_key=TOKEN, max_retries=0, timeout=120)
     system, turns = CHAT[0]["content"], CHAT[1:]
