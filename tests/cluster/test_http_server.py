@@ -4,8 +4,11 @@ process): TLS with the gateway's certificate, 429 on a full queue, 503 with no w
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +102,12 @@ def test_queue_full_is_429_and_no_worker_is_503(tmp_path: Path) -> None:
         for st in streams:
             st.close()
         s.call(s.h.links[0].stop())
+        url = f"http://127.0.0.1:{s.http.port}/health"
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(url, timeout=10)
+        assert (
+            health.value.code == 503 and json.loads(health.value.read())["workers_connected"] == 0
+        )
         with pytest.raises(openai.InternalServerError, match="no worker") as down:
             c.completions.create(model="fake", prompt=[1], max_tokens=2)
         assert down.value.status_code == 503

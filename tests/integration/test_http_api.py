@@ -155,7 +155,10 @@ def test_request_id_attaches_instead_of_running_twice(up_fleet: UpFleet) -> None
     # Sampled without a seed: a second run would (almost surely) give other text.
     kw: dict[str, Any] = {"model": MODEL, "prompt": "fox", "max_tokens": 24, "temperature": 1.0}
     headers = {"X-Request-Id": f"retry-{time.time_ns()}"}
-    a = client.completions.create(**kw, extra_headers=headers)
+    raw = client.completions.with_raw_response.create(**kw, extra_headers=headers)
+    assert raw.headers["x-request-id"] == headers["X-Request-Id"]
+    a = raw.parse()
+    assert int(raw.headers["x-specfleet-accepted-tokens"]) == extra(a)["num_accepted_tokens"]
     b = client.completions.create(**kw, extra_headers=headers)
     assert a.id == b.id == f"cmpl-{headers['X-Request-Id']}"
     assert extra(a)["token_ids"] == extra(b)["token_ids"] and a.choices[0].text
