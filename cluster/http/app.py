@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -65,7 +65,12 @@ class HttpApi:
             err = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
             return self._error(request, err)
 
-        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+        async def internal_error(request: Request, exc: Exception) -> Response:
+            log.exception("HTTP %s %s failed", request.method, request.url.path, exc_info=exc)
+            return self._error(request, ApiError(500, f"internal error: {type(exc).__name__}"))
+
+        handlers = {HTTPException: http_error, Exception: internal_error}
+        return Starlette(routes=routes, exception_handlers=handlers)
 
     # -- plain routes ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -188,12 +193,15 @@ class HttpApi:
         if declared is not None and (not declared.isdigit() or int(declared) > DRAIN * limit):
             raise ApiError(413, f"body of {declared} bytes is over the {limit}-byte limit")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size <= limit:
-                chunks.append(chunk)
-            elif size > DRAIN * limit:
-                break
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size <= limit:
+                    chunks.append(chunk)
+                elif size > DRAIN * limit:
+                    break
+        except ClientDisconnect:
+            raise ApiError(499, "the client left while sending the body") from None
         if size > limit:
             # Read (and dropped) the rest first, up to DRAIN x the limit: a client still sending
             # when the server answers gets a connection reset instead of this 413.
