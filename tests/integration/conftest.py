@@ -1,5 +1,5 @@
-"""One `specfleet up --http-port 0` fleet for the whole session, started only by the tests
-that ask for it (HTTP API and lean client), stopped at the end."""
+"""A `specfleet up --http-port 0` fleet per test module that asks for one (HTTP API, lean
+client), stopped when the module ends so no idle Ray cluster outlives it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from tests.integration.http_fleet import UpFleet
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def up_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpFleet]:
     fleet = UpFleet(tmp_path_factory.mktemp("up_fleet"))
     try:
