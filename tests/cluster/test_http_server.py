@@ -19,7 +19,7 @@ from cluster.http import HttpConfig, HttpServer
 from cluster.http.app import served_models
 from cluster.tokenizer import TextTokenizer
 from tests.cluster import test_tls
-from tests.cluster.fake_engine import reference
+from tests.cluster.fake_engine import fake_logprobs, reference
 from tests.cluster.test_scheduler import Harness
 from tests.cluster.tiny_tokenizer import write_tiny_tokenizer
 from workers.service.grpc_auth import TLSFiles
@@ -78,6 +78,30 @@ def test_tls_serves_https_with_the_gateways_certificate(tmp_path: Path, pki: Pat
         )
         with pytest.raises(openai.APIConnectionError):  # plaintext to the TLS port
             plain.models.list()
+    finally:
+        s.close()
+
+
+def test_chat_logprobs_plain_and_streamed(tmp_path: Path) -> None:
+    s = Served(tmp_path, HttpConfig(auth_token=TOKEN), n=1)
+    try:
+        c = s.client()
+        kw: dict[str, Any] = {"model": "fake", "messages": [{"role": "user", "content": "yo"}],
+                              "max_tokens": 7, "temperature": 0, "logprobs": True}  # fmt: skip
+        want = reference(list(b"<|user|>\nyo\n<|assistant|>\n"), 7)
+        plain = c.chat.completions.create(**kw)
+        lp = plain.choices[0].logprobs
+        assert lp is not None and lp.content is not None
+        assert [t.logprob for t in lp.content] == pytest.approx(fake_logprobs(want))
+        # Each token's own text (a lone byte of a multi-byte character decodes to U+FFFD).
+        assert [t.token for t in lp.content] == [bytes([b]).decode(errors="replace") for b in want]
+        streamed = [
+            t.logprob
+            for ch in c.chat.completions.create(**kw, stream=True)
+            if ch.choices and ch.choices[0].logprobs and ch.choices[0].logprobs.content
+            for t in ch.choices[0].logprobs.content
+        ]
+        assert streamed == pytest.approx(fake_logprobs(want))
     finally:
         s.close()
 
