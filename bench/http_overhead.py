@@ -5,8 +5,8 @@ gateway, and an in-process Engine, on the embedded default model, in one run.
 
 Starts `specfleet up --workers 1 --http-port 0` as a subprocess. The HTTP path sends every
 prompt at once from a thread pool through the official `openai` SDK (plain and streamed); the
-gRPC path sends them in one `Client.generate_batch`; each path runs once to warm up first.
-Ratios are against the in-process engine measured in the same run.
+gRPC path sends them in one `Client.generate_batch`. Each path runs once to warm up, then the
+paths take turns for --reps rounds and each reports its median (the cores are shared).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -50,11 +51,17 @@ def start_fleet(drafter: str, depth: int, batch: int) -> tuple[subprocess.Popen,
     raise RuntimeError("specfleet up did not come up")
 
 
-def timed(fn: Any) -> tuple[Any, float]:
-    fn()  # warm-up: same prompts, so the timed pass sees warm caches on every path
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+def interleaved(paths: dict[str, Any], reps: int) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Each path once to warm up, then `reps` rounds running every path in turn; a path's time
+    is its median, so load from other jobs on the shared cores hits every path alike."""
+    outs = {name: fn() for name, fn in paths.items()}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(reps):
+        for name, fn in paths.items():
+            t0 = time.perf_counter()
+            outs[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return outs, times
 
 
 def main() -> None:
@@ -64,6 +71,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3, help="interleaved rounds (median taken)")
     ap.add_argument("--out", default="bench/results/http_overhead_cpu.json")
     args = ap.parse_args()
 
@@ -79,13 +87,10 @@ def main() -> None:
 
     engine = Engine.load(drafter=args.drafter, draft_depth=args.depth, max_batch_size=args.batch)
     sp = SamplingParams(max_tokens=n_tok, ignore_eos=True)
-    local, t_local = timed(lambda: engine.generate(prompts, sp))
-
     proc, gateway, base_url = start_fleet(args.drafter, args.depth, args.batch)
     try:
-        with Client(gateway) as client:
-            kw = {"max_tokens": n_tok, "ignore_eos": True}
-            grpc_out, t_grpc = timed(lambda: client.generate_batch(prompts, **kw))
+        client = Client(gateway)
+        kw = {"max_tokens": n_tok, "ignore_eos": True}
         oa = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=600)
         body: dict[str, Any] = {"model": "specfleet-default", "max_tokens": n_tok,
                                 "temperature": 0, "extra_body": {"ignore_eos": True}}  # fmt: skip
@@ -100,25 +105,35 @@ def main() -> None:
             )
 
         with ThreadPoolExecutor(len(prompts)) as pool:
-            http_out, t_http = timed(lambda: list(pool.map(plain, prompts)))
-            sse_out, t_sse = timed(lambda: list(pool.map(streamed, prompts)))
+            outs, t = interleaved(
+                {
+                    "in_process": lambda: engine.generate(prompts, sp),
+                    "grpc_gateway": lambda: client.generate_batch(prompts, **kw),
+                    "http_openai": lambda: list(pool.map(plain, prompts)),
+                    "http_openai_sse": lambda: list(pool.map(streamed, prompts)),
+                },
+                args.reps,
+            )
+        client.close()
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    local, grpc_out, http_out, sse_out = outs.values()
 
     total = len(prompts) * n_tok
-    rate = {"in_process": total / t_local, "grpc_gateway": total / t_grpc,
-            "http_openai": total / t_http, "http_openai_sse": total / t_sse}  # fmt: skip
+    rate = {name: total / statistics.median(secs) for name, secs in t.items()}
     same_grpc = sum(a.tokens == list(b.tokens) for a, b in zip(local, grpc_out))
     same_http = sum(a.tokens == b for a, b in zip(local, http_out))
     same_sse = sum(r.text == s for r, s in zip(grpc_out, sse_out))
     res = {
-        "workload": f"{len(prompts)} held-out prompts x {n_tok} tokens, greedy, all at once",
+        "workload": f"{len(prompts)} held-out prompts x {n_tok} tokens, greedy, all at once; "
+        f"median of {args.reps} interleaved rounds",
         "model": "embedded default (specfleet-default)",
         "drafter": args.drafter,
         "draft_depth": args.depth,
         "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores, shared (noisy)",
         "tokens_per_s": rate,
+        "round_times_s": {name: [round(x, 3) for x in secs] for name, secs in t.items()},
         "http_over_grpc": rate["http_openai"] / rate["grpc_gateway"],
         "http_over_in_process": rate["http_openai"] / rate["in_process"],
         "http_sse_over_grpc": rate["http_openai_sse"] / rate["grpc_gateway"],

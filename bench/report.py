@@ -244,6 +244,10 @@ def http_section(data: dict | None) -> list[str]:
     for name in r:
         out.append(f"| {name} | {r[name]:.0f} | {r[name] / r['grpc_gateway']:.2f}x | "
                    f"{r[name] / r['in_process']:.2f}x |")  # fmt: skip
+    times = data.get("round_times_s", {})
+    if times:
+        out += ["", "Per-round seconds (interleaved): " + "; ".join(
+            f"{k} {', '.join(f'{x:.2f}' for x in v)}" for k, v in times.items()) + "."]  # fmt: skip
     out += ["", f"Identical greedy tokens: gRPC vs in-process "
             f"{data['identical_tokens_grpc_vs_in_process']}, HTTP vs in-process "
             f"{data['identical_tokens_http_vs_in_process']}; SSE text vs gRPC "
