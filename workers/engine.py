@@ -377,7 +377,7 @@ class Engine:
         """[B, K+1] verify input: each row's newest token, then its drafts (lazy or host)."""
         if proposal.tokens.shape[1] == 0:
             return last[:, None]
-        return mx.concatenate([last[:, None], mx.array(proposal.tokens).astype(mx.int32)], axis=1)
+        return mx.concatenate([last[:, None], proposal.device_tokens()], axis=1)
 
     def _forward(self, window: mx.array, valid: np.ndarray) -> mx.array:
         """Target forward over the window: logits [B, K+1, V]; keeps the MTP head's hidden."""
