@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.limits import MAX_REQUEST_ID_CHARS
 from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
 from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
 from protos.specfleet.v1 import gateway_pb2 as pb
@@ -106,8 +107,12 @@ def request_from_pb(msg: pb.GenerateRequest) -> GenerateInput:
         )
     if msg.timeout_s < 0:
         raise SchedulerError(INVALID_ARGUMENT, f"timeout_s={msg.timeout_s}: use > 0 or 0 for none")
-    if len(msg.request_id) > 256:
-        raise SchedulerError(INVALID_ARGUMENT, "request_id is longer than 256 characters")
+    if len(msg.request_id) > MAX_REQUEST_ID_CHARS:
+        raise SchedulerError(
+            INVALID_ARGUMENT,
+            f"request_id: {len(msg.request_id)} characters is over the limit of "
+            f"{MAX_REQUEST_ID_CHARS}: use a shorter id",
+        )
     return GenerateInput(
         prompt=prompt,
         messages=messages,

@@ -36,6 +36,7 @@ from protos.worker_schema import (
     submit_to_wire,
     unpack_tokens,
 )
+from contract.limits import MAX_STOP_SEQUENCES, MAX_WIRE_ID_CHARS
 from protos.worker_schema import params_from_wire as _params_from_wire
 from workers.types import EngineInfo, RequestOutput, SamplingParams
 
@@ -52,8 +53,8 @@ class CodecLimits:
     max_body_bytes: int = 64 * 1024 * 1024  # msgpack Unpacker max_buffer_size
     max_requests_per_batch: int = 4096
     max_aborts_per_batch: int = 65536
-    max_request_id_len: int = 256
-    max_stop_sequences: int = 64
+    max_request_id_len: int = MAX_WIRE_ID_CHARS  # every id the gateway admits, as a wire id
+    max_stop_sequences: int = MAX_STOP_SEQUENCES
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -175,18 +176,23 @@ def unpack_body(body: bytes, field_name: str, limits: CodecLimits) -> Any:
     return obj
 
 
-def _expect_id(obj: object, name: str, limits: CodecLimits) -> str:
+def _expect_id(obj: object, name: str) -> str:
+    """A request id the stream can answer to; anything else is a broken sender."""
     if not isinstance(obj, str) or not obj:
         raise WireError(
             INVALID_ARGUMENT, name, f"expected a non-empty string request id, got {obj!r:.80}"
         )
-    if len(obj) > limits.max_request_id_len:
+    return obj
+
+
+def _check_id_length(request_id: str, name: str, limits: CodecLimits) -> None:
+    """Too long is a problem of this request only: refused alone, the session goes on."""
+    if len(request_id) > limits.max_request_id_len:
         raise WireError(
             INVALID_ARGUMENT,
             name,
-            f"length {len(obj)} exceeds max_request_id_len={limits.max_request_id_len}",
+            f"length {len(request_id)} exceeds max_request_id_len={limits.max_request_id_len}",
         )
-    return obj
 
 
 # ---------------------------------------------------------------- session requests
@@ -218,8 +224,9 @@ def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
         where = f"submit[{i}]"
         if not isinstance(item, dict):
             raise WireError(INVALID_ARGUMENT, where, f"expected a map, got {type(item).__name__}")
-        request_id = _expect_id(item.get("id"), f"{where}.id", limits)
+        request_id = _expect_id(item.get("id"), f"{where}.id")
         try:
+            _check_id_length(request_id, f"{where}.id", limits)
             expect_map(item, where, SUBMIT_KEYS)
             if "prompt" not in item:
                 raise WireError(
@@ -232,7 +239,9 @@ def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
             continue
         batch.submit.append(SubmitRequest(request_id, prompt, params))
     aborts = expect_list(body.get("abort", []), "abort", limits.max_aborts_per_batch)
-    batch.abort = [_expect_id(a, f"abort[{i}]", limits) for i, a in enumerate(aborts)]
+    ids = [_expect_id(a, f"abort[{i}]") for i, a in enumerate(aborts)]
+    # An id over the limit was never admitted, so it cannot be running: nothing to abort.
+    batch.abort = [a for a in ids if len(a) <= limits.max_request_id_len]
     return batch
 
 

@@ -1,0 +1,84 @@
+"""Defect 1 of issue 13: the gateway and the worker agree on limits (one contract), a request the
+worker refuses fails alone with INVALID_ARGUMENT, and a per-request error never ends a session.
+
+Before the fix, a 256-character request id (accepted by the gateway) became a longer wire id
+"<id>~<attempt>.<dispatch>" that the worker refused by ending the whole session; the scheduler
+requeued everything in flight there, 32 times."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import msgpack
+import pytest
+
+from cluster import Client
+from cluster.client import InvalidRequestError
+from protos.specfleet.v1 import worker_pb2 as pb
+from tests.cluster.fake_engine import reference
+from tests.cluster.test_gateway import Running
+from tests.workers.service.fake_engine import FakeEngine
+from workers.service import rpc_codec as codec
+from workers.service.grpc_client import WorkerClient
+from workers.service.grpc_server import WorkerServer, WorkerServerConfig
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_longest_gateway_id_is_served_without_a_session_reset(tmp_path: Path) -> None:
+    r = Running(tmp_path, n=1)
+    try:
+        with Client(r.gw.address, retry_timeout_s=5) as c:
+            bystander: dict = {}
+            t = threading.Thread(
+                target=lambda: bystander.update(out=c.generate([3, 4], max_tokens=60))
+            )
+            t.start()
+            long_id = "x" * 256  # the longest id the gateway accepts
+            out = c.generate([5, 6], max_tokens=4, request_id=long_id)
+            assert out.request_id == long_id and out.tokens == reference([5, 6], 4)
+            assert out.usage.requeues == 0
+            t.join(60)
+            assert bystander["out"].tokens == reference([3, 4], 60)
+            assert bystander["out"].usage.requeues == 0
+            with pytest.raises(InvalidRequestError, match="request_id"):
+                c.generate([5], max_tokens=2, request_id="y" * 257)
+            (worker,) = c.cluster_info().workers
+            assert worker.connections == 1  # the session was never torn down
+    finally:
+        r.close()
+
+
+def raw_batch(body: object) -> bytes:
+    payload = pb.Payload(content_type=codec.CT_BATCH, schema_version=1, body=msgpack.packb(body))
+    return pb.SessionRequest(payload=payload).SerializeToString()
+
+
+def test_worker_refuses_one_request_and_keeps_the_session() -> None:
+    server = WorkerServer(
+        lambda: FakeEngine(max_batch_size=4),
+        WorkerServerConfig(metrics_port=None, limits=codec.CodecLimits(max_request_id_len=8)),
+    ).start(wait_ready=True, timeout=30)
+    client = WorkerClient(server.address)
+    try:
+        session = client.channel.stream_stream("/specfleet.v1.Worker/Session")
+        body = {
+            "submit": [
+                {"id": "z" * 9, "prompt": codec.pack_tokens([1]), "params": {"max_tokens": 2}},
+                {"id": "ok", "prompt": codec.pack_tokens([3]), "params": {"max_tokens": 2}},
+            ],
+            "abort": ["q" * 9],  # an over-long abort id cannot be running: nothing to do
+        }
+        call = session(iter([raw_batch(body)]), timeout=20)
+        events = [e for data in call for e in codec.decode_events(pb.SessionEvent.FromString(data))]
+        assert call.code() == grpc.StatusCode.OK, call.details()
+        (err,) = [e for e in events if isinstance(e, codec.RequestError)]
+        assert err.request_id == "z" * 9 and err.code == "INVALID_ARGUMENT"
+        assert err.field == "submit[0].id" and "max_request_id_len=8" in err.message
+        ok = [t for e in events if not isinstance(e, codec.RequestError) for t in e.new_tokens]
+        assert ok == [4, 5]
+    finally:
+        client.close()
+        server.stop(grace=0.5)
