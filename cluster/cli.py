@@ -59,6 +59,11 @@ def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--summary-json", help="also write the summary as JSON here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="on a re-run, keep earlier failed results (default: serve them again)",
+    )
+    g.add_argument(
         "--max-retries",
         type=int,
         default=8,
@@ -184,6 +189,7 @@ def _batch(
         Path(args.errors) if args.errors else None,
         concurrency=args.concurrency,
         progress=not args.no_progress,
+        retry_failed=not args.keep_failed,
     )
     with _client(address, args) as client:
         summary_json = Path(args.summary_json) if args.summary_json else None
