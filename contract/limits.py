@@ -21,7 +21,10 @@ MAX_WIRE_ID_CHARS = MAX_REQUEST_ID_CHARS + WIRE_ID_SUFFIX_CHARS
 # stalled a worker for 6.7 s).
 MAX_STOP_SEQUENCES = 64
 MAX_STOP_CHARS = 1024  # per stop string
-MAX_STOP_TOKENS = 256  # per token-id stop sequence
+# Per token-id stop: what a MAX_STOP_CHARS string may encode to (a byte-level tokenizer emits at
+# most one token per UTF-8 byte, 4 per character; +1 for a leading-space marker), so a stop string
+# the gateway admits is never refused after the worker tokenizes it.
+MAX_STOP_TOKENS = 4 * MAX_STOP_CHARS + 1
 MAX_STOP_TOKEN_IDS = 1024  # entries of stop_token_ids
 
 # Token ids are uint32 on every wire.

@@ -25,6 +25,7 @@ from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig
 from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 from workers.service.metrics import WorkerMetrics
 from workers.service.outbox import SessionOutbox
+from workers.service.stops import StopTokenizer, has_stop_strings, tokenize_stops
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +319,11 @@ class WorkerServer:
                         continue
                     pending.add(req.request_id)
                     fresh.append(req)
+                tokenizer = getattr(loop.engine, "tokenizer", None)
+                if tokenizer is not None and any(has_stop_strings(r.params) for r in fresh):
+                    # Off the engine thread and off this event loop (other sessions' events).
+                    fresh = await asyncio.to_thread(_tokenize_stops, tokenizer, fresh, local)
+                    pending.difference_update(e.request_id for e in local)
                 loop.submit(session_id, fresh)  # before aborts, so "submit X, abort X" aborts X
                 loop.abort(session_id, [rid for rid in batch.abort if rid in pending])
                 if local:
@@ -332,3 +338,22 @@ class WorkerServer:
                     codec.UNAVAILABLE, "SessionRequest", f"request stream failed: {e!r}"
                 )
             )
+
+
+def _tokenize_stops(
+    tokenizer: StopTokenizer, requests: list[codec.SubmitRequest], errors: list
+) -> list[codec.SubmitRequest]:
+    """Requests with token-id stops only; one whose stops cannot be encoded is refused alone."""
+    out = []
+    for req in requests:
+        try:
+            params = tokenize_stops(tokenizer, req.params)
+        except Exception as e:  # a tokenizer error is this request's problem only
+            errors.append(
+                codec.RequestError(
+                    req.request_id, codec.INVALID_ARGUMENT, "params.stop", f"cannot encode: {e}"
+                )
+            )
+            continue
+        out.append(codec.SubmitRequest(req.request_id, req.prompt, params))
+    return out
