@@ -3,6 +3,7 @@ gateway server and the Python client use it). No grpc import: pure message conve
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from contract.limits import MAX_REQUEST_ID_CHARS
@@ -105,7 +106,7 @@ def request_from_pb(msg: pb.GenerateRequest) -> GenerateInput:
         raise SchedulerError(
             INVALID_ARGUMENT, "no input: set one of prompt, prompt_token_ids or chat"
         )
-    if msg.timeout_s < 0:
+    if not (math.isfinite(msg.timeout_s) and msg.timeout_s >= 0):
         raise SchedulerError(INVALID_ARGUMENT, f"timeout_s={msg.timeout_s}: use > 0 or 0 for none")
     if len(msg.request_id) > MAX_REQUEST_ID_CHARS:
         raise SchedulerError(

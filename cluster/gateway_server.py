@@ -184,13 +184,26 @@ def _parse(cls: Any, raw: bytes) -> Any:
         raise SchedulerError(
             "INVALID_ARGUMENT", f"{cls.__name__}: malformed protobuf: {e}"
         ) from None
+    _check_known(msg, cls.__name__)
+    return msg
+
+
+def _check_known(msg: Any, where: str) -> None:
+    """Refuse unknown fields at any depth (a misspelt Sampling field is not silently dropped)."""
     unknown = UnknownFieldSet(msg)
     if len(unknown):
         nums = sorted({f.field_number for f in unknown})
         raise SchedulerError(
-            "INVALID_ARGUMENT", f"{cls.__name__}: unknown field number(s) {nums} (schema v1)"
+            "INVALID_ARGUMENT", f"{where}: unknown field number(s) {nums} (schema v1)"
         )
-    return msg
+    for field, value in msg.ListFields():
+        if field.message_type is None:
+            continue
+        if field.is_repeated:
+            for i, item in enumerate(value):
+                _check_known(item, f"{where}.{field.name}[{i}]")
+        else:
+            _check_known(value, f"{where}.{field.name}")
 
 
 def _handlers(servicer: GatewayServicer) -> grpc.GenericRpcHandler:

@@ -82,3 +82,40 @@ def test_worker_refuses_one_request_and_keeps_the_session() -> None:
     finally:
         client.close()
         server.stop(grace=0.5)
+
+
+# -- defect 8: bad input the gateway and worker accepted ---------------------------------------
+
+
+def test_gateway_refuses_nested_unknown_fields_and_nan_timeout(tmp_path: Path) -> None:
+    from protos.specfleet.v1 import gateway_pb2 as gpb
+
+    r = Running(tmp_path, n=1)
+    try:
+        with Client(r.gw.address, retry_timeout_s=1) as c:
+            submit = c._channel.unary_unary("/specfleet.v1.Gateway/Submit")
+            ok = gpb.GenerateRequest(prompt_token_ids=codec.pack_tokens([1]))
+            ok.sampling.max_tokens = 2
+            sampling = ok.sampling.SerializeToString() + b"\xf8\x06\x01"  # field 111 = 1
+            nested = ok.SerializeToString() + b"\x2a" + bytes([len(sampling)]) + sampling
+            with pytest.raises(grpc.RpcError) as err:
+                submit(nested, timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "sampling" in err.value.details() and "111" in err.value.details()
+            for bad in (float("nan"), float("inf")):
+                with pytest.raises(grpc.RpcError) as err:
+                    submit(gpb.GenerateRequest(prompt="x", timeout_s=bad).SerializeToString())
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "timeout_s" in err.value.details()
+            assert len(submit(ok.SerializeToString(), timeout=10)) > 0  # still serving
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "min_p", "presence_penalty"])
+def test_worker_refuses_a_bool_for_a_float(name: str) -> None:
+    from protos.worker_schema import WireError, params_from_wire
+
+    with pytest.raises(WireError) as err:
+        params_from_wire({name: True}, "params", 64)
+    assert err.value.field == f"params.{name}" and "bool" in err.value.message
