@@ -16,6 +16,8 @@ the re-run produces the same tokens, and the ones already delivered are skipped.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +53,10 @@ class QueueFullError(SpecfleetError):
 
 class Unavailable(SpecfleetError):
     pass
+
+
+class PlaintextToTLSError(Unavailable):
+    """UNAVAILABLE that retrying cannot fix: the gateway speaks TLS, this client does not."""
 
 
 _ERRORS = {
@@ -121,6 +127,8 @@ class Client:
         self._stub = pb_grpc.GatewayStub(self._channel)
         self._md = auth_metadata(token)
         self.address = address
+        # A plaintext channel: on its first UNAVAILABLE, check whether the gateway speaks TLS.
+        self._speaks_tls: bool | None = False if tls_ca_file else None
 
     @classmethod
     def from_ray(cls, name: str = "specfleet-scheduler", namespace: str = "specfleet", **kw: Any):
@@ -173,9 +181,10 @@ class Client:
                     yield d
                 return
             except grpc.RpcError as e:
-                err = _from_rpc(e)
+                err = self._explain(_from_rpc(e))
                 resumable = got_tokens == 0 or deterministic
-                if err.code != "UNAVAILABLE" or not resumable or time.monotonic() > give_up:
+                retry = err.code == "UNAVAILABLE" and not isinstance(err, PlaintextToTLSError)
+                if not retry or not resumable or time.monotonic() > give_up:
                     raise err from None
             finally:
                 call.cancel()
@@ -189,11 +198,28 @@ class Client:
             try:
                 return fn()
             except grpc.RpcError as e:
-                err = _from_rpc(e)
-                if err.code != "UNAVAILABLE" or time.monotonic() > give_up:
+                err = self._explain(_from_rpc(e))
+                retry = err.code == "UNAVAILABLE" and not isinstance(err, PlaintextToTLSError)
+                if not retry or time.monotonic() > give_up:
                     raise err from None
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _explain(self, err: SpecfleetError) -> SpecfleetError:
+        """A plaintext client at a TLS gateway only ever sees UNAVAILABLE "Socket closed": on
+        the first UNAVAILABLE, probe the address for TLS and, if it speaks it, fail now with
+        the fix instead of retrying."""
+        if err.code != "UNAVAILABLE" or self._speaks_tls is False:
+            return err
+        if self._speaks_tls is None:
+            self._speaks_tls = _speaks_tls(self.address)
+            if not self._speaks_tls:
+                return err
+        return PlaintextToTLSError(
+            "UNAVAILABLE",
+            f"{err.message}; the gateway at {self.address} speaks TLS and this client "
+            "connected in plaintext: pass tls_ca_file=<CA PEM> (CLI: --tls-ca)",
+        )
 
     def generate_batch(
         self,
@@ -256,6 +282,23 @@ def _result(res: pb.GenerateResult) -> CompletionResult:
     )
 
 
+def _speaks_tls(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether a TLS handshake with `address` ("host:port") gets a TLS answer."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # only asking "is it TLS?"
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host, int(port)), timeout_s) as sock:
+            with ctx.wrap_socket(sock, server_hostname=host or None):
+                return True
+    except ssl.SSLError as e:  # a TLS alert (e.g. "certificate required") is still TLS
+        return "ALERT" in str(e).upper()
+    except (OSError, ValueError):
+        return False
+
+
 def _from_rpc(e: grpc.RpcError) -> SpecfleetError:
     code = e.code().name if hasattr(e, "code") else "UNKNOWN"  # type: ignore[attr-defined]
     details = e.details() if hasattr(e, "details") else str(e)  # type: ignore[attr-defined]
@@ -266,6 +309,7 @@ __all__ = [
     "Client",
     "CompletionResult",
     "InvalidRequestError",
+    "PlaintextToTLSError",
     "QueueFullError",
     "SpecfleetError",
     "Unavailable",

@@ -71,13 +71,33 @@ def sampling_from_pb(msg: pb.Sampling) -> SamplingParams:
         raise SchedulerError(INVALID_ARGUMENT, f"sampling: {e}") from None
 
 
+_RANGES = {  # protobuf's "Value out of range" names no field: say which, and the range
+    "CPPTYPE_UINT32": "0..2**32-1",
+    "CPPTYPE_UINT64": "0..2**64-1",
+    "CPPTYPE_INT32": "-2**31..2**31-1",
+    "CPPTYPE_INT64": "-2**63..2**63-1",
+}
+
+
+def _set(msg: Any, name: str, value: Any, where: str) -> None:
+    try:
+        setattr(msg, name, value)
+    except (ValueError, TypeError) as e:
+        field = msg.DESCRIPTOR.fields_by_name[name]
+        cpp = {v: k for k, v in vars(type(field)).items() if k.startswith("CPPTYPE_")}
+        want = _RANGES.get(cpp.get(field.cpp_type, ""), "a value of the field's type")
+        raise SchedulerError(
+            INVALID_ARGUMENT, f"{where}={value!r} does not fit the gateway field: use {want} ({e})"
+        ) from None
+
+
 def sampling_to_pb(params: SamplingParams) -> pb.Sampling:
     default = SamplingParams()
     msg = pb.Sampling(logprobs=params.logprobs)
     for k in _OPTIONAL:
         value = getattr(params, k)
         if value != getattr(default, k) and value is not None:
-            setattr(msg, k, value)
+            _set(msg, k, value, f"sampling.{k}")
     if params.stop:
         if not all(isinstance(s, str) for s in params.stop):
             raise ValueError("token-id stop sequences are not served by the gateway: use strings")
@@ -125,12 +145,9 @@ def request_from_pb(msg: pb.GenerateRequest) -> GenerateInput:
 
 
 def request_to_pb(inp: GenerateInput) -> pb.GenerateRequest:
-    msg = pb.GenerateRequest(
-        request_id=inp.request_id or "",
-        sampling=sampling_to_pb(inp.params),
-        priority=inp.priority,
-        timeout_s=inp.timeout_s or 0.0,
-    )
+    msg = pb.GenerateRequest(request_id=inp.request_id or "", sampling=sampling_to_pb(inp.params))
+    _set(msg, "priority", inp.priority, "priority")
+    _set(msg, "timeout_s", inp.timeout_s or 0.0, "timeout_s")
     if inp.messages is not None:
         msg.chat.messages.extend(pb.ChatMessage(**m) for m in inp.messages)
     elif isinstance(inp.prompt, str):
