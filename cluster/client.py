@@ -212,9 +212,9 @@ class Client:
         if err.code != "UNAVAILABLE" or self._speaks_tls is False:
             return err
         if self._speaks_tls is None:
-            self._speaks_tls = _speaks_tls(self.address)
-            if not self._speaks_tls:
+            if not _speaks_tls(self.address):  # down or plaintext: probe again next time
                 return err
+            self._speaks_tls = True
         return PlaintextToTLSError(
             "UNAVAILABLE",
             f"{err.message}; the gateway at {self.address} speaks TLS and this client "
