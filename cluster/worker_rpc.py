@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -109,6 +109,7 @@ class GrpcWorkerLink:
         while not self._stopping:
             connected = False
             channel: grpc.aio.Channel | None = None
+            writer: asyncio.Task[None] | None = None
             try:
                 self.address = await self.resolve()
                 channel = self.config.channel(self.address)
@@ -121,7 +122,12 @@ class GrpcWorkerLink:
                 if status.state != "serving":
                     raise ConnectionError(f"worker state is {status.state!r}")
                 outbox: asyncio.Queue[pb.SessionRequest | None] = asyncio.Queue()
-                self._call = stub.Session(_drain(outbox), metadata=metadata)
+                # The link writes with call.write() from a task it owns and ends: a request
+                # iterator handed to grpc.aio would be left awaiting its queue on every
+                # reconnect ("Task was destroyed but it is pending", issue 13 defect 10).
+                call = stub.Session(metadata=metadata)
+                self._call = call
+                writer = asyncio.get_running_loop().create_task(_write(call, outbox))
                 self._outbox = outbox
                 self.scheduler.worker_connected(self.worker_id, status, self.address)
                 connected = True
@@ -141,6 +147,9 @@ class GrpcWorkerLink:
                 reason = f"{type(e).__name__}: {e}"
             finally:
                 self._outbox, self._call = None, None
+                if writer is not None:
+                    writer.cancel()
+                    await asyncio.gather(writer, return_exceptions=True)
                 if connected:
                     self.scheduler.worker_disconnected(self.worker_id, reason)
                 if channel is not None:
@@ -149,9 +158,16 @@ class GrpcWorkerLink:
             await asyncio.sleep(self.config.reconnect_s)
 
 
-async def _drain(q: asyncio.Queue[pb.SessionRequest | None]) -> AsyncIterator[pb.SessionRequest]:
-    while (item := await q.get()) is not None:
-        yield item
+async def _write(
+    call: grpc.aio.StreamStreamCall, q: asyncio.Queue[pb.SessionRequest | None]
+) -> None:
+    """Send queued messages until None (half-close) or the call ends (its reader reports why)."""
+    try:
+        while (item := await q.get()) is not None:
+            await call.write(item)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+        return
 
 
 def _describe(e: BaseException) -> str:
