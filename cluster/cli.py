@@ -219,7 +219,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return _batch(address, args, args.input)
 
 
-def up_tls(args: argparse.Namespace) -> tuple[Any, dict[str, str | None]]:
+def up_tls(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """TLS of `specfleet up`: (TLSFiles for the gateway and the workers or None, the scheduler's
     LinkConfig TLS fields). The scheduler dials its own TLS workers, so it must trust their CA
     (--tls-ca) and, under mTLS (--tls-client-ca), present a client certificate (--tls-cert/key).
@@ -245,7 +245,11 @@ def up_tls(args: argparse.Namespace) -> tuple[Any, dict[str, str | None]]:
             "--tls-client-ca (mTLS) needs --tls-cert and --tls-key: the client certificate "
             "the scheduler presents to its workers"
         )
-    link = {"tls_ca_file": args.tls_ca, "tls_cert_file": args.tls_cert, "tls_key_file": args.tls_key}
+    link = {
+        "tls_ca_file": args.tls_ca,
+        "tls_cert_file": args.tls_cert,
+        "tls_key_file": args.tls_key,
+    }
     return TLSFiles(cert, key, args.tls_client_ca), link
 
 

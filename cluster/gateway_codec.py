@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from contract.limits import MAX_REQUEST_ID_CHARS
 from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.limits import MAX_REQUEST_ID_CHARS
 from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
 from protos.specfleet.v1 import gateway_pb2 as pb
 from workers.types import SamplingParams

@@ -14,15 +14,10 @@ from dataclasses import dataclass
 import grpc
 
 from cluster.scheduler import Scheduler
-from cluster.worker_codec import (
-    WorkerSubmit,
-    WorkerWireError,
-    decode_info,
-    decode_session_event,
-    encode_session_request,
-)
+from contract.status import WorkerState
 from protos.specfleet.v1 import worker_pb2 as pb
 from protos.specfleet.v1 import worker_pb2_grpc as pb_grpc
+from protos.worker_codec import SubmitRequest, WireError, decode_events, decode_info, encode_batch
 from workers.service.grpc_auth import auth_metadata, client_credentials
 
 log = logging.getLogger(__name__)
@@ -79,12 +74,12 @@ class GrpcWorkerLink:
         self._breaking = False
         self._stopping = False
 
-    def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
+    def send(self, submit: list[SubmitRequest], abort: list[str]) -> None:
         if self._outbox is None:
             # Not connected: the scheduler only dispatches to connected workers, so this is a
             # race with a disconnect that is about to requeue these requests anyway.
             return
-        self._outbox.put_nowait(encode_session_request(submit, abort))
+        self._outbox.put_nowait(encode_batch(submit, abort))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -119,7 +114,7 @@ class GrpcWorkerLink:
                         pb.InfoRequest(), metadata=metadata, timeout=self.config.info_timeout_s
                     )
                 )
-                if status.state != "serving":
+                if status.state != WorkerState.SERVING:
                     raise ConnectionError(f"worker state is {status.state!r}")
                 outbox: asyncio.Queue[pb.SessionRequest | None] = asyncio.Queue()
                 # The link writes with call.write() from a task it owns and ends: a request
@@ -132,7 +127,7 @@ class GrpcWorkerLink:
                 self.scheduler.worker_connected(self.worker_id, status, self.address)
                 connected = True
                 async for msg in self._call:
-                    self.scheduler.worker_events(self.worker_id, decode_session_event(msg))
+                    self.scheduler.worker_events(self.worker_id, decode_events(msg))
                 reason = "session ended by the worker"
             except asyncio.CancelledError:
                 if self._stopping or not self._breaking:  # the link itself is being stopped
@@ -141,7 +136,7 @@ class GrpcWorkerLink:
                 # grpc.aio raises CancelledError from a locally cancelled call: a broken stream.
                 self._breaking = False
                 reason = "session cancelled locally"
-            except (grpc.aio.AioRpcError, WorkerWireError, ConnectionError, OSError) as e:
+            except (grpc.aio.AioRpcError, WireError, ConnectionError, OSError) as e:
                 reason = _describe(e)
             except Exception as e:  # resolve() may raise anything (Ray actor errors, ...)
                 reason = f"{type(e).__name__}: {e}"

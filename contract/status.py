@@ -10,7 +10,17 @@ from __future__ import annotations
 from enum import Enum
 
 
-class StatusCode(str, Enum):
+class _StrEnum(str, Enum):
+    """Prints as its bare value on every Python version (3.12 changed format() of mixins)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class StatusCode(_StrEnum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
@@ -19,12 +29,8 @@ class StatusCode(str, Enum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     INTERNAL = "INTERNAL"
 
-    # The bare name in messages and f-strings on every Python version (3.12 changed format()).
-    __str__ = str.__str__
-    __format__ = str.__format__
 
-
-class WorkerState(str, Enum):
+class WorkerState(_StrEnum):
     """loading -> serving -> draining -> stopped, or failed from any state."""
 
     LOADING = "loading"
@@ -32,6 +38,3 @@ class WorkerState(str, Enum):
     DRAINING = "draining"
     STOPPED = "stopped"
     FAILED = "failed"
-
-    __str__ = str.__str__
-    __format__ = str.__format__

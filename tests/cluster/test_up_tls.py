@@ -36,9 +36,18 @@ def test_server_cert_without_ca_is_refused(pki: Path) -> None:  # noqa: F811
 def test_up_mtls_options_connect_the_scheduler_to_mtls_workers(pki: Path) -> None:  # noqa: F811
     tls, link = up_tls(
         parse(
-            "--tls-server-cert", str(pki / "server.pem"), "--tls-server-key", str(pki / "server.key"),
-            "--tls-ca", str(pki / "ca.pem"), "--tls-client-ca", str(pki / "ca.pem"),
-            "--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"),
+            "--tls-server-cert",
+            str(pki / "server.pem"),
+            "--tls-server-key",
+            str(pki / "server.key"),
+            "--tls-ca",
+            str(pki / "ca.pem"),
+            "--tls-client-ca",
+            str(pki / "ca.pem"),
+            "--tls-cert",
+            str(pki / "client.pem"),
+            "--tls-key",
+            str(pki / "client.key"),
         )  # fmt: skip
     )
     assert tls.client_ca_file == str(pki / "ca.pem")  # workers and gateway require client certs

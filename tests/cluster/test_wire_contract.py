@@ -16,11 +16,11 @@ import pytest
 
 from cluster import Client
 from cluster.client import InvalidRequestError
+from protos import worker_codec as codec
 from protos.specfleet.v1 import worker_pb2 as pb
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_gateway import Running
 from tests.workers.service.fake_engine import FakeEngine
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 
@@ -114,7 +114,7 @@ def test_gateway_refuses_nested_unknown_fields_and_nan_timeout(tmp_path: Path) -
 
 @pytest.mark.parametrize("name", ["temperature", "top_p", "min_p", "presence_penalty"])
 def test_worker_refuses_a_bool_for_a_float(name: str) -> None:
-    from protos.worker_schema import WireError, params_from_wire
+    from protos.worker_codec import WireError, params_from_wire
 
     with pytest.raises(WireError) as err:
         params_from_wire({name: True}, "params", 64)

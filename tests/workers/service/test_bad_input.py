@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protos import worker_codec as codec
 from protos.specfleet.v1 import worker_pb2 as pb
 from tests.workers.service.fake_engine import FakeEngine, expected_tokens
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import SamplingParams

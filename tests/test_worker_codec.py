@@ -1,27 +1,33 @@
-"""The worker body schema both sides' codecs share (protos/worker_schema.py): a table of
-SamplingParams round trips and of bad `params` maps, then the scheduler's encoder read by the
-worker's decoder."""
+"""The worker wire codec both sides use (protos/worker_codec.py): a table of SamplingParams
+round trips and of bad `params` maps, then each message type encoded and decoded again."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import msgpack
 import pytest
 
-from cluster.worker_codec import WorkerSubmit, encode_session_request
+from contract.status import StatusCode, WorkerState
+from contract.types import EngineInfo, RequestOutput, SamplingParams
 from protos.packing import pack_u32
-from protos.worker_schema import (
-    INVALID_ARGUMENT,
+from protos.worker_codec import (
     PARAM_FIELDS,
-    RESOURCE_EXHAUSTED,
+    CodecLimits,
+    RequestError,
+    SubmitRequest,
     WireError,
+    WorkerInfo,
+    decode_batch,
+    decode_events,
+    decode_info,
+    encode_batch,
+    encode_events,
+    encode_info,
     params_from_wire,
     params_to_wire,
-    submit_to_wire,
 )
-from workers.service.rpc_codec import CodecLimits, decode_batch
-from workers.types import SamplingParams
+
+INVALID_ARGUMENT = StatusCode.INVALID_ARGUMENT
+RESOURCE_EXHAUSTED = StatusCode.RESOURCE_EXHAUSTED
 
 ROUND_TRIPS = [
     (SamplingParams(), {}),
@@ -106,13 +112,25 @@ def test_bad_params_name_the_field(wire: object, field: str, code: str, needle: 
     assert needle in e.value.message
 
 
-def test_scheduler_encoder_is_read_by_the_worker_decoder() -> None:
+def test_batches_round_trip() -> None:
     params = [p for p, _ in ROUND_TRIPS]
-    submits = [WorkerSubmit(f"r{i}~1", [i + 1, 2, 3], p) for i, p in enumerate(params)]
-    raw = encode_session_request(submits, ["gone~1"]).SerializeToString()
+    submits = [SubmitRequest(f"r{i}~1", [i + 1, 2, 3], p) for i, p in enumerate(params)]
+    raw = encode_batch(submits, ["gone~1"]).SerializeToString()
     batch = decode_batch(raw, CodecLimits())
     assert not batch.errors and batch.abort == ["gone~1"]
-    got = [(r.request_id, r.prompt, r.params) for r in batch.submit]
-    assert got == [(s.request_id, s.prompt, s.params) for s in submits]
-    item = submit_to_wire("x", [1], dataclasses.replace(SamplingParams(), top_k=3))
-    assert item == {"id": "x", "prompt": pack_u32([1]), "params": {"top_k": 3}}
+    assert batch.submit == submits
+    one = encode_batch([SubmitRequest("x", [1], SamplingParams(top_k=3))]).payload.body
+    assert msgpack.unpackb(one) == {
+        "submit": [{"id": "x", "prompt": pack_u32([1]), "params": {"top_k": 3}}]
+    }
+
+
+def test_events_and_info_round_trip() -> None:
+    delta = RequestOutput("a", [1, 2], new_logprobs=[-0.5, -1.0])
+    finish = RequestOutput("b", [3], True, "length", num_prompt_tokens=4, num_generated_tokens=1)
+    err = RequestError("c", StatusCode.INVALID_ARGUMENT, "submit[0].prompt", "empty")
+    data = encode_events([delta, finish, err]).SerializeToString()
+    assert decode_events(data) == [delta, finish, err]
+    engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2])
+    info = encode_info(WorkerInfo("w", WorkerState.SERVING, engine))
+    assert decode_info(info.SerializeToString()) == WorkerInfo("w", WorkerState.SERVING, engine)
