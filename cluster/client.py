@@ -26,12 +26,12 @@ from typing import Any
 
 import grpc
 
-from cluster import gateway_codec as codec
-from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.types import SamplingParams
+from protos import gateway_codec as codec
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
 from workers.service.grpc_auth import auth_metadata, client_credentials
-from workers.types import SamplingParams
 
 Prompt = str | Sequence[int] | Sequence[dict[str, str]]
 
@@ -272,13 +272,14 @@ class Client:
 
 
 def _result(res: pb.GenerateResult) -> CompletionResult:
+    tokens, logprobs = codec.result_tokens(res)
     return CompletionResult(
         request_id=res.request_id,
         text=res.text,
-        tokens=codec.unpack_tokens(res.token_ids, "token_ids"),
+        tokens=tokens,
         finish_reason=res.finish_reason,
         usage=codec.usage_from_pb(res.usage),
-        logprobs=codec.unpack_floats(res.logprobs),
+        logprobs=logprobs,
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import msgpack
 import pytest
+from google.protobuf import json_format
 
 from cluster import Client
 from cluster.client import InvalidRequestError
@@ -94,7 +95,7 @@ def test_gateway_refuses_nested_unknown_fields_and_nan_timeout(tmp_path: Path) -
     try:
         with Client(r.gw.address, retry_timeout_s=1) as c:
             submit = c._channel.unary_unary("/specfleet.v1.Gateway/Submit")
-            ok = gpb.GenerateRequest(prompt_token_ids=codec.pack_tokens([1]))
+            ok = gpb.GenerateRequest(prompt_token_ids=[1])
             ok.sampling.max_tokens = 2
             sampling = ok.sampling.SerializeToString() + b"\xf8\x06\x01"  # field 111 = 1
             nested = ok.SerializeToString() + b"\x2a" + bytes([len(sampling)]) + sampling
@@ -107,7 +108,10 @@ def test_gateway_refuses_nested_unknown_fields_and_nan_timeout(tmp_path: Path) -
                     submit(gpb.GenerateRequest(prompt="x", timeout_s=bad).SerializeToString())
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert "timeout_s" in err.value.details()
-            assert len(submit(ok.SerializeToString(), timeout=10)) > 0  # still serving
+            # Still serving; token ids read as numbers in any tool (grpcurl prints this JSON).
+            result = gpb.GenerateResult.FromString(submit(ok.SerializeToString(), timeout=10))
+            as_json = json_format.MessageToDict(result)
+            assert as_json["tokenIds"] == reference([1], 2)
     finally:
         r.close()
 
@@ -119,3 +123,34 @@ def test_worker_refuses_a_bool_for_a_float(name: str) -> None:
     with pytest.raises(WireError) as err:
         params_from_wire({name: True}, "params", 64)
     assert err.value.field == f"params.{name}" and "bool" in err.value.message
+
+
+# -- reflection: grpc.reflection.v1 beside v1alpha ------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_v1_and_v1alpha(tmp_path: Path, version: str) -> None:
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2 as rpb
+
+    r = Running(tmp_path, n=1)
+    try:
+        ch = grpc.insecure_channel(r.gw.address)
+        info = ch.stream_stream(
+            f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+            request_serializer=rpb.ServerReflectionRequest.SerializeToString,
+            response_deserializer=rpb.ServerReflectionResponse.FromString,
+        )
+        asks = [
+            rpb.ServerReflectionRequest(list_services=""),
+            rpb.ServerReflectionRequest(file_containing_symbol="specfleet.v1.Gateway"),
+        ]
+        listed, described = list(info(iter(asks), timeout=10))
+        names = {s.name for s in listed.list_services_response.service}
+        assert {"specfleet.v1.Gateway", "grpc.reflection.v1.ServerReflection"} <= names
+        files = described.file_descriptor_response.file_descriptor_proto
+        protos = [descriptor_pb2.FileDescriptorProto.FromString(f) for f in files]
+        assert any(m.name == "GenerateEvent" for p in protos for m in p.message_type)
+        ch.close()
+    finally:
+        r.close()
