@@ -225,7 +225,7 @@ def up_tls(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     (--tls-ca) and, under mTLS (--tls-client-ca), present a client certificate (--tls-cert/key).
     Raises ValueError naming the missing option instead of starting a fleet that cannot connect.
     """
-    from workers.service.grpc_auth import TLSFiles
+    from protos.grpc_auth import TLSFiles
 
     cert, key = args.tls_server_cert, args.tls_server_key
     if not (cert or key):

@@ -29,9 +29,9 @@ import grpc
 from contract.requests import Delta, GenerateInput, SchedulerError, Usage
 from contract.types import SamplingParams
 from protos import gateway_codec as codec
+from protos.grpc_auth import auth_metadata, client_credentials
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
-from workers.service.grpc_auth import auth_metadata, client_credentials
 
 Prompt = str | Sequence[int] | Sequence[dict[str, str]]
 

@@ -16,10 +16,10 @@ from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.scheduler import Scheduler
 from contract.status import StatusCode
 from protos import gateway_codec as codec
+from protos.grpc_auth import BearerTokenInterceptor, TLSFiles
 from protos.health import ServerHealth
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
-from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name

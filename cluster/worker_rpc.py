@@ -15,10 +15,10 @@ import grpc
 
 from cluster.scheduler import Scheduler
 from contract.status import WorkerState
+from protos.grpc_auth import auth_metadata, client_credentials
 from protos.specfleet.v1 import worker_pb2 as pb
 from protos.specfleet.v1 import worker_pb2_grpc as pb_grpc
 from protos.worker_codec import SubmitRequest, WireError, decode_events, decode_info, encode_batch
-from workers.service.grpc_auth import auth_metadata, client_credentials
 
 log = logging.getLogger(__name__)
 

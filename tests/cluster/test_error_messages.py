@@ -14,8 +14,8 @@ from cluster import Client
 from cluster.client import InvalidRequestError, SpecfleetError
 from cluster.gateway_server import GatewayConfig, GatewayServer
 from cluster.scheduler import Scheduler
+from protos.grpc_auth import TLSFiles
 from tests.cluster.test_tls import pki  # noqa: F401  (the test CA fixture)
-from workers.service.grpc_auth import TLSFiles
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -71,8 +71,8 @@ def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
 
 
 def configs_from_args(args: argparse.Namespace):  # -> tuple[EngineSpec, WorkerServerConfig]
+    from protos.grpc_auth import TLSFiles
     from protos.worker_codec import CodecLimits
-    from workers.service.grpc_auth import TLSFiles
     from workers.service.grpc_server import WorkerServerConfig
 
     spec = EngineSpec.from_args(args, factory=args.engine_factory)

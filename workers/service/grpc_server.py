@@ -20,10 +20,10 @@ import grpc
 
 from contract.status import StatusCode, WorkerState
 from protos import worker_codec as codec
+from protos.grpc_auth import BearerTokenInterceptor, TLSFiles
 from protos.health import ServerHealth
 from protos.specfleet.v1 import worker_pb2 as pb
 from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig, WorkerUnavailable
-from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 from workers.service.metrics import WorkerMetrics
 from workers.service.outbox import SessionOutbox
 from workers.service.stops import StopTokenizer, has_stop_strings, tokenize_stops
