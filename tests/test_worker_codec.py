@@ -10,6 +10,9 @@ from contract.status import StatusCode, WorkerState
 from contract.types import EngineInfo, RequestOutput, SamplingParams
 from protos.packing import pack_u32
 from protos.worker_codec import (
+    CT_EVENTS,
+    CT_INFO,
+    EVENT_KEYS,
     PARAM_FIELDS,
     CodecLimits,
     RequestError,
@@ -134,3 +137,41 @@ def test_events_and_info_round_trip() -> None:
     engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2])
     info = encode_info(WorkerInfo("w", WorkerState.SERVING, engine))
     assert decode_info(info.SerializeToString()) == WorkerInfo("w", WorkerState.SERVING, engine)
+
+
+# -- the scheduler's side: whatever a worker sends, decoding raises WireError or succeeds --------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from protos.specfleet.v1 import worker_pb2 as pb  # noqa: E402
+
+_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=8),
+    st.binary(max_size=12), st.sampled_from(["delta", "finish", "error", "stop", "INTERNAL"]),
+)  # fmt: skip
+_any = st.recursive(
+    _leaf, lambda k: st.lists(k, max_size=3) | st.dictionaries(st.text(max_size=8), k, max_size=4),
+    max_leaves=10,
+)  # fmt: skip
+_event = st.dictionaries(st.sampled_from(sorted(EVENT_KEYS) + ["x"]), _any, max_size=6)
+_bodies = st.one_of(_any, st.fixed_dictionaries({"events": st.lists(_event, max_size=3)}))
+
+
+@settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    body=_bodies,
+    content_type=st.sampled_from([CT_EVENTS, CT_INFO, "x"]),
+    raw=st.binary(max_size=40),
+)
+def test_decoding_what_a_worker_sends_raises_only_wire_errors(body, content_type, raw) -> None:  # type: ignore[no-untyped-def]
+    payload = pb.Payload(content_type=content_type, schema_version=1, body=msgpack.packb(body))
+    for decode, msg in (
+        (decode_events, pb.SessionEvent(payload=payload).SerializeToString()),
+        (decode_events, raw),
+        (decode_info, pb.InfoResponse(payload=payload).SerializeToString()),
+    ):
+        try:
+            decode(msg)
+        except WireError as e:
+            assert e.field and e.message and e.code in StatusCode
