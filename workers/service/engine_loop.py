@@ -31,7 +31,8 @@ Sink = Callable[[list[RequestOutput | RequestError] | BaseException], None]
 
 
 class EngineLike(Protocol):
-    """The slice of workers.Engine this loop uses (see ENGINE_API)."""
+    """The slice of workers.Engine (workers/engine.py) this loop calls; test engines implement
+    exactly this (tests/fake_engine.py)."""
 
     def add_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None: ...
     def abort(self, request_id: str) -> None: ...
