@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 from contract.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.status import StatusCode
 from contract.types import SamplingParams
 from protos import gateway_codec as codec
 from protos.grpc_auth import auth_metadata, client_credentials
@@ -60,10 +61,11 @@ class PlaintextToTLSError(Unavailable):
 
 
 _ERRORS = {
-    "INVALID_ARGUMENT": InvalidRequestError,
-    "RESOURCE_EXHAUSTED": QueueFullError,
-    "UNAVAILABLE": Unavailable,
+    StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    StatusCode.RESOURCE_EXHAUSTED: QueueFullError,
+    StatusCode.UNAVAILABLE: Unavailable,
 }
+UNAVAILABLE = StatusCode.UNAVAILABLE
 
 
 def _error(code: str, message: str) -> SpecfleetError:
@@ -183,7 +185,7 @@ class Client:
             except grpc.RpcError as e:
                 err = self._explain(_from_rpc(e))
                 resumable = got_tokens == 0 or deterministic
-                retry = err.code == "UNAVAILABLE" and not isinstance(err, PlaintextToTLSError)
+                retry = err.code == UNAVAILABLE and not isinstance(err, PlaintextToTLSError)
                 if not retry or not resumable or time.monotonic() > give_up:
                     raise err from None
             finally:
@@ -199,7 +201,7 @@ class Client:
                 return fn()
             except grpc.RpcError as e:
                 err = self._explain(_from_rpc(e))
-                retry = err.code == "UNAVAILABLE" and not isinstance(err, PlaintextToTLSError)
+                retry = err.code == UNAVAILABLE and not isinstance(err, PlaintextToTLSError)
                 if not retry or time.monotonic() > give_up:
                     raise err from None
             time.sleep(delay)
@@ -209,14 +211,14 @@ class Client:
         """A plaintext client at a TLS gateway only ever sees UNAVAILABLE "Socket closed": on
         the first UNAVAILABLE, probe the address for TLS and, if it speaks it, fail now with
         the fix instead of retrying."""
-        if err.code != "UNAVAILABLE" or self._speaks_tls is False:
+        if err.code != UNAVAILABLE or self._speaks_tls is False:
             return err
         if self._speaks_tls is None:
             if not _speaks_tls(self.address):  # down or plaintext: probe again next time
                 return err
             self._speaks_tls = True
         return PlaintextToTLSError(
-            "UNAVAILABLE",
+            UNAVAILABLE,
             f"{err.message}; the gateway at {self.address} speaks TLS and this client "
             "connected in plaintext: pass tls_ca_file=<CA PEM> (CLI: --tls-ca)",
         )
@@ -268,7 +270,7 @@ class Client:
             inp = make_input(prompt, **kw)
             return codec.request_to_pb(inp)
         except (SchedulerError, ValueError) as e:
-            raise InvalidRequestError("INVALID_ARGUMENT", str(e)) from None
+            raise InvalidRequestError(StatusCode.INVALID_ARGUMENT, str(e)) from None
 
 
 def _result(res: pb.GenerateResult) -> CompletionResult:
