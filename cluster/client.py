@@ -60,7 +60,7 @@ class PlaintextToTLSError(Unavailable):
     """UNAVAILABLE that retrying cannot fix: the gateway speaks TLS, this client does not."""
 
 
-_ERRORS = {
+_ERRORS: dict[str, type[SpecfleetError]] = {
     StatusCode.INVALID_ARGUMENT: InvalidRequestError,
     StatusCode.RESOURCE_EXHAUSTED: QueueFullError,
     StatusCode.UNAVAILABLE: Unavailable,
