@@ -154,3 +154,12 @@ def test_reflection_v1_and_v1alpha(tmp_path: Path, version: str) -> None:
         ch.close()
     finally:
         r.close()
+
+
+def test_every_wire_id_of_an_admitted_id_fits_the_worker_limit() -> None:
+    from cluster.scheduler import MAX_ATTEMPTS
+    from contract.limits import MAX_REQUEST_ID_CHARS, MAX_WIRE_ID_CHARS
+
+    # The scheduler's wire id "<id>~<attempt>.<dispatch>" at its longest (a 64-bit dispatch count).
+    longest = f"{'x' * MAX_REQUEST_ID_CHARS}~{MAX_ATTEMPTS}.{2**64 - 1}"
+    assert len(longest) <= MAX_WIRE_ID_CHARS == codec.CodecLimits().max_request_id_len
