@@ -237,8 +237,13 @@ def _open_append(path: Path) -> IO[str]:
     return open(path, "a", encoding="utf-8")
 
 
+# Characters that str.splitlines() and other JSON Lines readers take for line breaks; JSON
+# leaves them raw inside strings, and they can occur only inside strings, so escaping is exact.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _write(f: IO[str], entry: dict[str, Any]) -> None:
-    text = json.dumps(entry, ensure_ascii=False)
+    text = json.dumps(entry, ensure_ascii=False).translate(_LINE_BREAKS)
     if not _is_unicode(text):  # a lone surrogate in a message: escape it rather than crash
         text = json.dumps(entry, ensure_ascii=True)
     f.write(text + "\n")

@@ -91,3 +91,14 @@ def test_error_keys_are_file_lines(tmp_path: Path) -> None:
     errors = {e["custom_id"]: e for e in rows(tmp_path / "out.errors.jsonl")}
     assert errors[None]["line"] == 2
     assert errors["c"]["line"] == 5  # the fifth line of the file (was "request:2")
+
+
+def test_output_lines_survive_readers_that_split_on_unicode_breaks(tmp_path: Path) -> None:
+    """Found by the batch fuzz: a custom_id holding U+0085 was written raw, and a JSON Lines
+    reader using str.splitlines() saw a torn line."""
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    ids = ["a\x85b", "c\u2028d", "e\u2029f"]
+    inp.write_text("".join(line(c) for c in ids), encoding="utf-8")
+    run_batch(BatchJobConfig(inp, out, progress=False), fake_backend)
+    text = out.read_text(encoding="utf-8")
+    assert sorted(json.loads(x)["custom_id"] for x in text.splitlines()) == sorted(ids)
