@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cluster.tokenizer import IncrementalDetokenizer
 from contract.requests import Delta, GenerateInput, SchedulerError, Usage
 from contract.status import StatusCode
 from contract.types import SamplingParams
+
+if TYPE_CHECKING:  # the client imports this module and must not need `tokenizers`
+    from cluster.tokenizer import IncrementalDetokenizer
 
 # Status names as the scheduler writes them (one enum: contract/status.py).
 INVALID_ARGUMENT = StatusCode.INVALID_ARGUMENT
