@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Literal, get_args
 
 from contract.limits import (
@@ -129,7 +130,8 @@ _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presenc
 
 
 def _is_token_id(t: object) -> bool:
-    return isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID
+    # numbers.Integral: numpy integers from a tokenizer or an engine's output count too.
+    return isinstance(t, Integral) and not isinstance(t, bool) and 0 <= int(t) <= MAX_TOKEN_ID
 
 
 def _check_stops(stop: object) -> tuple[str | tuple[int, ...], ...]:
@@ -151,7 +153,7 @@ def _check_stops(stop: object) -> tuple[str | tuple[int, ...], ...]:
                 raise bad(f"stop[{i}] has {len(s)} token ids, over the limit of {MAX_STOP_TOKENS}")
             if not all(_is_token_id(t) for t in s):
                 raise bad(f"stop[{i}]: token-id stops must hold ints in [0, 2**32)")
-            item = tuple(s)
+            item = tuple(int(t) for t in s)
         else:
             raise bad(f"stop[{i}] is a {type(s).__name__}: use a string or a list of token ids")
         if len(item) == 0:
@@ -170,7 +172,7 @@ def _check_stop_token_ids(ids: object) -> tuple[int, ...]:
             f"SamplingParams.stop_token_ids={ids!r:.80} is invalid: pass at most "
             f"{MAX_STOP_TOKEN_IDS} ints in [0, 2**32)"
         )
-    return tuple(ids)
+    return tuple(int(t) for t in ids)
 
 
 @dataclass
