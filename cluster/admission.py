@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cluster.requests import INVALID_ARGUMENT, GenerateInput, SchedulerError
 from cluster.tokenizer import TextTokenizer
-from workers.types import EngineInfo
+from contract.types import EngineInfo
 
 MAX_PROMPT_CHARS = 4 * 1024 * 1024
 MAX_PROMPT_TOKENS = 1 << 20

@@ -38,7 +38,7 @@ from cluster.policy import WorkerCapacity as Capacity
 from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
-from workers.types import RequestOutput
+from contract.types import RequestOutput
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 32

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from cluster.http.errors import ApiError, bad
 from cluster.requests import Delta, GenerateInput, Usage
-from workers.types import SamplingParams
+from contract.types import SamplingParams
 
 MAX_STOPS = 16
 MAX_MESSAGES = 4096

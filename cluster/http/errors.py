@@ -12,7 +12,7 @@ from cluster import requests as rq
 
 # Scheduler code -> HTTP status. CANCELLED only reaches a caller whose request someone else
 # cancelled (the gRPC Cancel RPC); 499 is nginx's "client closed request", the usual choice.
-STATUS_OF_CODE = {
+STATUS_OF_CODE: dict[str, int] = {
     rq.INVALID_ARGUMENT: 400,
     rq.RESOURCE_EXHAUSTED: 429,
     rq.UNAVAILABLE: 503,

@@ -19,7 +19,7 @@ import uvicorn
 
 from cluster.http.app import AppLimits, HttpApi
 from cluster.scheduler import Scheduler
-from workers.service.grpc_auth import TLSFiles
+from protos.grpc_auth import TLSFiles
 
 log = logging.getLogger(__name__)
 

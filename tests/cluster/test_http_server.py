@@ -18,11 +18,11 @@ import pytest
 from cluster.http import HttpConfig, HttpServer
 from cluster.http.app import served_models
 from cluster.tokenizer import TextTokenizer
+from protos.grpc_auth import TLSFiles
 from tests.cluster import test_tls
 from tests.cluster.fake_engine import fake_logprobs, reference
 from tests.cluster.test_scheduler import Harness
 from tests.cluster.tiny_tokenizer import write_tiny_tokenizer
-from workers.service.grpc_auth import TLSFiles
 
 pytestmark = pytest.mark.timeout(120)
 pki = test_tls.pki  # the module-scoped test CA fixture
