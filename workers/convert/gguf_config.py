@@ -51,9 +51,9 @@ def build_config(meta: dict[str, Any], tensor_names: set[str], vocab_rows: int) 
     head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // heads)
     config: dict[str, Any] = {
         "model_type": arch,
-        "architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(
-            arch, "Qwen3ForCausalLM"
-        )],
+        "architectures": [
+            {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(arch, "Qwen3ForCausalLM")
+        ],
         "hidden_size": hidden,
         "num_hidden_layers": int(_need(meta, f"{arch}.block_count")),
         "intermediate_size": int(_need(meta, f"{arch}.feed_forward_length")),

@@ -53,9 +53,7 @@ def mlx_name(gguf_name: str) -> str:
 def unpermute_rows(x: np.ndarray, n_head: int) -> np.ndarray:
     """Invert llama.cpp's permute: rows [n_head, head_dim/2, 2] -> [n_head, 2, head_dim/2]."""
     rows = x.shape[0]
-    return (
-        x.reshape(n_head, rows // n_head // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
-    )
+    return x.reshape(n_head, rows // n_head // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
 @dataclass

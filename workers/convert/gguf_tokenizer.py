@@ -92,14 +92,16 @@ def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
 
 def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[list[str]]:
     """Merges for a SentencePiece BPE vocabulary: every split of a normal piece into two
-    pieces of the vocabulary, ranked by the joined piece's score (highest first)."""
+    pieces of the vocabulary, ranked by the joined piece's score (highest first), then by its
+    id (files converted from HF without tokenizer.model carry one score for all pieces, and a
+    BPE vocabulary lists pieces in the order they were merged)."""
     vocab = {t: i for i, t in enumerate(tokens) if types[i] == NORMAL}
     merges: list[tuple[float, int, int, str, str]] = []
     for piece, pid in vocab.items():
         for cut in range(1, len(piece)):
             left, right = piece[:cut], piece[cut:]
             if left in vocab and right in vocab:
-                merges.append((-scores[pid], vocab[left], vocab[right], left, right))
+                merges.append((-scores[pid], pid, vocab[left], left, right))
     merges.sort()
     return [[left, right] for *_, left, right in merges]
 
