@@ -106,18 +106,21 @@ def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> lis
     return [[left, right] for *_, left, right in merges]
 
 
-def _post_processor(bos: str | None, eos: str | None, add_bos: bool, add_eos: bool) -> Any:
-    if not (add_bos and bos) and not (add_eos and eos):
-        return None
+def _post_processor(
+    bos: str | None, eos: str | None, add_bos: bool, add_eos: bool, ids: dict[str, int]
+) -> Any:
+    """BOS/EOS added on encode, as llama.cpp does when add_bos_token / add_eos_token is set."""
     first = [{"SpecialToken": {"id": bos, "type_id": 0}}] if add_bos and bos else []
     last = [{"SpecialToken": {"id": eos, "type_id": 0}}] if add_eos and eos else []
+    if not first and not last:
+        return None
     seq = {"Sequence": {"id": "A", "type_id": 0}}
-    specials = {t: {"id": t, "ids": [], "tokens": [t]} for t in (bos, eos) if t}
+    used = [t for t in (bos if first else None, eos if last else None) if t]
     return {
         "type": "TemplateProcessing",
         "single": [*first, seq, *last],
         "pair": [*first, seq, *last, {"Sequence": {"id": "B", "type_id": 1}}, *last],
-        "special_tokens": specials,
+        "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in used},
     }
 
 
@@ -195,7 +198,7 @@ def build_tokenizer_json(meta: dict[str, Any]) -> dict[str, Any]:
         "truncation": None,
         "padding": None,
         "added_tokens": _added_tokens(tokens, types),
-        "post_processor": _post_processor(bos, eos, add_bos, add_eos),
+        "post_processor": _post_processor(bos, eos, add_bos, add_eos, ids),
         **body,
     }
 
