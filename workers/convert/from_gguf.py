@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.convert.gguf_config import build_config
+from workers.convert.gguf_config import FAMILIES, build_config
 from workers.convert.gguf_tensors import ConvertedTensors, convert_tensors
 from workers.convert.gguf_tokenizer import write_tokenizer
 
@@ -118,6 +118,11 @@ def convert_gguf(
     except (ValueError, OSError) as e:
         raise ValueError(f"gguf_path={str(src)!r} is not a readable GGUF file: {e}") from e
     meta = read_metadata(reader)
+    arch = meta.get("general.architecture")
+    if arch not in FAMILIES:
+        raise ValueError(
+            f"general.architecture={arch!r} is not supported: convert one of {list(FAMILIES)}"
+        )
     names = {t.name for t in reader.tensors}
     embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embed is None:
