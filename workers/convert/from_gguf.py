@@ -127,8 +127,11 @@ def convert_gguf(
     embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embed is None:
         raise ValueError(f"{src} has no token_embd.weight tensor: not a llama/qwen2/qwen3 model")
-    config = build_config(meta, names, vocab_rows=int(embed.shape[1]))
-    conv = convert_tensors(reader.tensors, meta, DTYPES[dtype], keep_quantized)
+    rope = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    rope_freqs = np.asarray(rope.data, np.float32) if rope is not None else None
+    config = build_config(meta, names, int(embed.shape[1]), rope_freqs)
+    tensors = [t for t in reader.tensors if t is not rope]  # now in config.json's rope_scaling
+    conv = convert_tensors(tensors, meta, DTYPES[dtype], keep_quantized)
     quantization = _quantization_config(conv.quantized)
     if quantization is not None:
         config["quantization"] = quantization

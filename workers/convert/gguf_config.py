@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 FAMILIES = ("llama", "qwen2", "qwen3")
+# Llama 3.x RoPE scaling settings to try against a file's rope_freqs (the converter stores only
+# the resulting per-frequency factors): original context, low- and high-frequency factors.
+_LLAMA3_GRID = [(n, lo, hi) for n in (8192, 4096, 16384, 32768, 131072, 2048)
+                for lo in (1.0, 2.0) for hi in (4.0, 2.0, 8.0)]  # fmt: skip
 
 
 def _need(meta: dict[str, Any], key: str) -> Any:
@@ -33,18 +39,48 @@ def _rope_scaling(meta: dict[str, Any], arch: str) -> dict[str, Any] | None:
     )
 
 
-def build_config(meta: dict[str, Any], tensor_names: set[str], vocab_rows: int) -> dict[str, Any]:
+def llama3_rope_factors(
+    base: float, dims: int, factor: float, low: float, high: float, original: int
+) -> np.ndarray:
+    """Per-frequency divisors [dims / 2] of Llama 3.1 RoPE scaling (what llama.cpp stores as
+    rope_freqs.weight; mlx-lm's Llama3RoPE applies the same rule)."""
+    wavelen = 2 * np.pi * base ** (np.arange(0, dims, 2) / dims)
+    smooth = (original / wavelen - low) / (high - low)
+    mid = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(wavelen < original / high, 1.0, np.where(wavelen > original / low, factor, mid))
+
+
+def _llama3_scaling(rope_freqs: np.ndarray, base: float, dims: int) -> dict[str, Any]:
+    factor = float(rope_freqs.max())
+    for original, low, high in _LLAMA3_GRID:
+        want = llama3_rope_factors(base, dims, factor, low, high, original)
+        if want.shape == rope_freqs.shape and np.allclose(want, rope_freqs, rtol=1e-5):
+            return {
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low,
+                "high_freq_factor": high,
+                "original_max_position_embeddings": original,
+            }
+    raise ValueError(
+        "rope_freqs.weight does not match Llama 3.1 RoPE scaling for any known setting: "
+        "this converter cannot express it in config.json"
+    )
+
+
+def build_config(
+    meta: dict[str, Any],
+    tensor_names: set[str],
+    vocab_rows: int,
+    rope_freqs: np.ndarray | None = None,
+) -> dict[str, Any]:
     """The mlx-lm config for this GGUF. tensor_names: the GGUF's tensor names (tied embeddings
-    and attention biases show there, not in the metadata); vocab_rows: token_embd's rows."""
+    and attention biases show there, not in the metadata); vocab_rows: token_embd's rows;
+    rope_freqs: the rope_freqs.weight tensor when the file has one (Llama 3.1+)."""
     arch = _need(meta, "general.architecture")
     if arch not in FAMILIES:
         raise ValueError(
             f"general.architecture={arch!r} is not supported: convert one of {list(FAMILIES)}"
-        )
-    if "rope_freqs.weight" in tensor_names:
-        raise ValueError(
-            "the GGUF holds rope_freqs.weight (Llama 3.1-style RoPE frequency scaling), which "
-            "this converter does not map yet: convert a model without it"
         )
     heads = int(_need(meta, f"{arch}.attention.head_count"))
     hidden = int(_need(meta, f"{arch}.embedding_length"))
@@ -67,6 +103,9 @@ def build_config(meta: dict[str, Any], tensor_names: set[str], vocab_rows: int) 
         "rope_scaling": _rope_scaling(meta, arch),
         "tie_word_embeddings": "output.weight" not in tensor_names,
     }
+    if rope_freqs is not None:
+        dims = int(meta.get(f"{arch}.rope.dimension_count") or head_dim)
+        config["rope_scaling"] = _llama3_scaling(rope_freqs, config["rope_theta"], dims)
     if arch == "llama":
         config["attention_bias"] = "blk.0.attn_q.bias" in tensor_names
         config["mlp_bias"] = "blk.0.ffn_up.bias" in tensor_names

@@ -216,6 +216,11 @@ def write_gguf(
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
             raw = llama_cpp_permute(raw, heads if ".q_proj." in name else kv_heads)
         w.add_tensor(gguf_name(name), raw, raw_dtype=qt)
+    rope = model.model.layers[0].self_attn.rope
+    if hasattr(rope, "_freqs"):  # Llama 3.1 scaling: llama.cpp stores scaled / plain frequency
+        dims = rope.dims
+        plain = a.rope_theta ** (np.arange(0, dims, 2) / dims)
+        w.add_tensor("rope_freqs.weight", (np.array(rope._freqs) / plain).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -134,3 +134,22 @@ def test_k_quant_tensor_is_dequantized_exactly(tmp_path):
     got = conv.weights["model.layers.0.mlp.down_proj.weight"]
     assert conv.formats == {"Q4_K dequantized": 1} and got.shape == (64, 512)
     assert np.array_equal(got, quants.dequantize(raw, QT.Q4_K))
+
+
+def test_llama3_rope_scaling_from_rope_freqs(tmp_path):
+    """Llama 3.1+ files carry RoPE scaling only as rope_freqs.weight; config.json gets the
+    llama3 rope_scaling that reproduces it, and the logits equal the original model's."""
+    from mlx_lm.models import llama
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    args = vars(tiny_family_model("llama").args) | {"rope_scaling": scaling, "head_dim": 16}
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs(**args))
+    mx.eval(model.parameters())
+    write_gguf(tmp_path / "m.gguf", model, "llama", QT.F32, hf_tokenizer("llama-bpe"), "llama-bpe")
+    convert_gguf(tmp_path / "m.gguf", tmp_path / "out", dtype="float32")
+    converted, _ = load(str(tmp_path / "out"))
+    assert converted.args.rope_scaling == scaling
+    long = mx.array([list(range(1, 200))])  # positions past the high-frequency wavelengths
+    assert mx.array_equal(converted(long), model(long))
