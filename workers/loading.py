@@ -85,7 +85,9 @@ def make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) -> 
 
         path = spec[len("model:") :] if spec.startswith("model:") else ""
         draft_dir = Path(path) if path else model_dir.parent / "draft"
-        return ModelDrafter(upcast_on_cpu(load(str(draft_dir))[0]))
+        # A draft stays quantized only beside a target that did (keep_quantized on the CPU).
+        keep = bool(quantized_layers(model))
+        return ModelDrafter(upcast_on_cpu(load(str(draft_dir))[0], keep_quantized=keep))
     if spec == "mtp":
         from workers.drafters import mtp  # type: ignore[attr-defined]
 

@@ -21,6 +21,7 @@ class EngineSpec:
     adaptive_depth: bool = True
     max_batch_size: int = 16
     max_context: int | None = None
+    keep_quantized: bool = False  # CPU: run a quantized checkpoint quantized (EngineConfig)
     # "package.module:function" returning a ready Engine (custom loaders, tests); overrides model.
     factory: str | None = None
     factory_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +50,7 @@ class EngineSpec:
             adaptive_depth=not args.fixed_depth,
             max_batch_size=args.max_batch_size,
             max_context=args.max_context,
+            keep_quantized=args.keep_quantized,
             **extra,
         )
 
@@ -73,6 +75,8 @@ class EngineSpec:
         }
         if self.max_context is not None:
             config["max_context"] = self.max_context
+        if self.keep_quantized:
+            config["keep_quantized"] = True
         return Engine.load(self.model, drafter=self.drafter, **config)
 
 
@@ -87,3 +91,7 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
     )  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--max-context", type=int)
+    p.add_argument(
+        "--keep-quantized", action="store_true",
+        help="CPU: keep a quantized model's layers quantized (default: dequantize to fp32 at load)",
+    )  # fmt: skip

@@ -76,3 +76,28 @@ def test_bad_input_names_the_value_and_writes_nothing(converted, tmp_path, capsy
     err = capsys.readouterr().err
     assert "general.architecture='gemma' is not supported" in err
     assert not (tmp_path / "c").exists()
+
+
+def test_keep_quantized_flag_reaches_the_engine_config():
+    import argparse
+
+    from workers.service.engine_spec import add_engine_args
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    assert EngineSpec.from_args(p.parse_args(["--keep-quantized"])).keep_quantized
+    assert not EngineSpec.from_args(p.parse_args([])).keep_quantized
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workers/engine.py (the lead's file) must pass it on: in Engine.load, "
+    "upcast_on_cpu(model, keep_quantized=bool(config.get('keep_quantized')))",
+)
+def test_engine_load_keep_quantized_keeps_target_and_draft_quantized(converted):
+    from workers.loading import quantized_layers
+
+    engine = Engine.load(
+        converted / "target", drafter=f"model:{converted / 'draft'}", keep_quantized=True
+    )
+    assert quantized_layers(engine.model) and quantized_layers(engine.drafter.model)
