@@ -109,8 +109,12 @@ def build_config(
     if arch == "llama":
         config["attention_bias"] = "blk.0.attn_q.bias" in tensor_names
         config["mlp_bias"] = "blk.0.ffn_up.bias" in tensor_names
-    for name in ("bos", "eos"):
-        tid = meta.get(f"tokenizer.ggml.{name}_token_id")
-        if tid is not None:
-            config[f"{name}_token_id"] = int(tid)
+    if (bos := meta.get("tokenizer.ggml.bos_token_id")) is not None:
+        config["bos_token_id"] = int(bos)
+    # Generation ends at EOS and, where the file names them, end-of-turn / end-of-message
+    # tokens (Llama 3's <|eot_id|> / <|eom_id|>), as llama.cpp's end-of-generation set does.
+    stops = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+    stop_ids = list(dict.fromkeys(int(t) for t in stops if t is not None))
+    if stop_ids:
+        config["eos_token_id"] = stop_ids[0] if len(stop_ids) == 1 else stop_ids
     return config

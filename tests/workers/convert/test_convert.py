@@ -153,3 +153,28 @@ def test_llama3_rope_scaling_from_rope_freqs(tmp_path):
     assert converted.args.rope_scaling == scaling
     long = mx.array([list(range(1, 200))])  # positions past the high-frequency wavelengths
     assert mx.array_equal(converted(long), model(long))
+
+
+def test_config_stops_at_eos_and_end_of_turn_and_names_bad_metadata():
+    from workers.convert.gguf_config import build_config
+
+    meta = {
+        "general.architecture": "llama",
+        "llama.attention.head_count": 4,
+        "llama.embedding_length": 64,
+        "llama.block_count": 2,
+        "llama.feed_forward_length": 128,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.eot_token_id": 9,
+    }
+    config = build_config(meta, {"token_embd.weight"}, 512)
+    assert config["eos_token_id"] == [2, 9] and config["bos_token_id"] == 1
+    assert config["tie_word_embeddings"] and config["num_key_value_heads"] == 4
+    assert build_config(meta | {"tokenizer.ggml.eot_token_id": 2}, set(), 512)["eos_token_id"] == 2
+    with pytest.raises(ValueError, match="'llama.block_count'"):
+        build_config({k: v for k, v in meta.items() if k != "llama.block_count"}, set(), 512)
+    with pytest.raises(ValueError, match="llama.rope.scaling.type='longrope'"):
+        build_config(meta | {"llama.rope.scaling.type": "longrope",
+                             "llama.rope.scaling.factor": 4.0}, set(), 512)  # fmt: skip
