@@ -20,7 +20,7 @@ import numpy as np
 
 from workers.convert.gguf_config import FAMILIES, build_config
 from workers.convert.gguf_tensors import ConvertedTensors, convert_tensors
-from workers.convert.gguf_tokenizer import write_tokenizer
+from workers.convert.gguf_tokenizer import tokenizer_files
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +136,12 @@ def convert_gguf(
     if quantization is not None:
         config["quantization"] = quantization
     config["torch_dtype"] = dtype
-    out.mkdir(parents=True, exist_ok=True)
+    tok_files = tokenizer_files(meta, config["max_position_embeddings"])
+    out.mkdir(parents=True, exist_ok=True)  # everything that can fail on bad input has run
     _save_weights(out, conv.weights)
     save_config(config, out / "config.json")
-    write_tokenizer(meta, out, config["max_position_embeddings"])
+    for name, text in tok_files.items():
+        (out / name).write_text(text)
     load_model(out, lazy=True)  # strict: every weight name and shape matches the architecture
     report = ConvertReport(
         out_dir=out,

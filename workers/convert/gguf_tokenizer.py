@@ -229,11 +229,12 @@ def build_tokenizer_config(meta: dict[str, Any], max_context: int | None) -> dic
     return config
 
 
-def write_tokenizer(meta: dict[str, Any], out_dir: Any, max_context: int | None) -> None:
-    from pathlib import Path
-
-    out = Path(out_dir)
+def tokenizer_files(meta: dict[str, Any], max_context: int | None) -> dict[str, str]:
+    """file name -> text of tokenizer.json and tokenizer_config.json (raises on bad metadata
+    before anything is written)."""
     doc = build_tokenizer_json(meta)
-    (out / "tokenizer.json").write_text(json.dumps(doc, ensure_ascii=False))
     config = build_tokenizer_config(meta, max_context)
-    (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2))
+    return {
+        "tokenizer.json": json.dumps(doc, ensure_ascii=False),
+        "tokenizer_config.json": json.dumps(config, ensure_ascii=False, indent=2),
+    }

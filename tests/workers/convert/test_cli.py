@@ -76,6 +76,11 @@ def test_bad_input_names_the_value_and_writes_nothing(converted, tmp_path, capsy
     err = capsys.readouterr().err
     assert "general.architecture='gemma' is not supported" in err
     assert not (tmp_path / "c").exists()
+    model, tok = tiny_family_model("llama"), hf_tokenizer("qwen2")
+    write_gguf(tmp_path / "tekken.gguf", model, "llama", QT.F32, tok, "tekken")
+    assert main(["convert", str(tmp_path / "tekken.gguf"), str(tmp_path / "d")]) == 2
+    assert "tokenizer.ggml.pre='tekken' is not supported" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 def test_keep_quantized_flag_reaches_the_engine_config():
