@@ -10,8 +10,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specfleet convert",
         description="Convert a llama / qwen2 / qwen3 GGUF file into an mlx-lm model directory "
-        "(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 stay quantized, bit-exact; other formats are "
-        "dequantized). Serve it with `specfleet worker --model OUT_DIR`.",
+        "(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 stay quantized, bit-exact; Q4_K, Q5_K too with "
+        "--dtype float32; other formats are dequantized). Serve it with "
+        "`specfleet worker --model OUT_DIR`.",
     )
     p.add_argument("gguf", metavar="FILE.gguf", help="the GGUF model file")
     p.add_argument("out_dir", metavar="OUT_DIR", help="new (or empty) output directory")

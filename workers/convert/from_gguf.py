@@ -2,8 +2,9 @@
 
     convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-mlx")
 
-Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 tensors stay quantized, bit-exact (workers/convert/ggml_blocks.py
-gives the mapping); other formats are dequantized to `dtype`. The result loads with
+Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 tensors stay quantized, bit-exact, and so do Q4_K / Q5_K when
+dtype is float32 (workers/convert/ggml_blocks.py gives the mapping); other formats are
+dequantized to `dtype`. The result loads with
 `mlx_lm.load`, `Engine.load` and `specfleet worker/up --model`; on the CPU, Engine.load then
 dequantizes it again to fp32 unless asked to keep it quantized (workers/loading.py).
 """
@@ -99,7 +100,7 @@ def convert_gguf(
     """Write an mlx-lm model directory for a llama / qwen2 / qwen3 GGUF file.
 
     dtype: 'float16' or 'float32', for float and dequantized tensors and for the kept formats'
-    scales (both represent them exactly). keep_quantized=False dequantizes every tensor."""
+    scales (K-quant scales are exact in fp32 only). keep_quantized=False dequantizes all."""
     from gguf import GGUFReader
     from mlx_lm.utils import load_model, save_config
 

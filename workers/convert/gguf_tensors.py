@@ -18,7 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from workers.convert.ggml_blocks import EXACT_FORMATS, GROUP_SIZE, affine_from_ggml
+from workers.convert.ggml_blocks import EXACT_FORMATS, GROUP_SIZE, K_FORMATS, affine_from_ggml
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _BLOCK = {
@@ -80,7 +80,14 @@ def convert_tensors(
         if qtype in _FLOAT:
             out.weights[name] = quants.dequantize(raw, qtype).astype(dtype, copy=False)
             out.formats[f"{qtype.name} float"] += 1
-        elif keep_quantized and qtype in EXACT_FORMATS and raw.ndim == 2:
+        elif (
+            keep_quantized
+            and qtype in EXACT_FORMATS
+            and raw.ndim == 2
+            and (
+                qtype not in K_FORMATS or dtype == np.float32  # K scales are exact in fp32 only
+            )
+        ):
             a = affine_from_ggml(raw, qtype, dtype)
             module = name.rsplit(".", 1)[0]
             out.weights[name] = a.weight

@@ -109,31 +109,46 @@ def test_dequantize_option_and_other_formats_are_dequantized(tmp_path, family):
     assert all(np.array_equal(np.array(got[k]), v) for k, v in expected.items())
 
 
-def test_k_quant_tensor_is_dequantized_exactly(tmp_path):
-    """A Q4_K tensor (gguf writes no K-quants, so random valid blocks are spliced in) comes
-    out as the float values gguf's reference dequantizer gives."""
+def test_k_quants_kept_in_fp32_else_dequantized_exactly(tmp_path):
+    """Q4_K stays quantized when the scales are fp32 (exact) and is dequantized in fp16; Q6_K
+    (16-element groups) is always dequantized; every path gives gguf's reference values."""
     from gguf import GGUFReader, quants
 
+    from tests.workers.convert.test_ggml_blocks import ggml_tensor
+    from workers.convert.from_gguf import read_metadata
     from workers.convert.gguf_tensors import convert_tensors
 
-    rng = np.random.default_rng(0)
-    blocks = rng.integers(0, 256, size=(64 * 2, 144), dtype=np.uint8)  # 64 rows x 512 cols
-    blocks[:, 0:4] = np.array([0.01, 0.002], np.float16).view(np.uint8)  # sane d, dmin
-    raw = blocks.reshape(64, -1)
-    arch, pre = "qwen3", "qwen2"
-    model = tiny_family_model(arch)
-    write_gguf(tmp_path / "m.gguf", model, arch, QT.F32, hf_tokenizer(pre), pre)
-    reader = GGUFReader(tmp_path / "m.gguf")
+    write_gguf(tmp_path / "m.gguf", tiny_family_model("qwen3"), "qwen3", QT.F32,
+               hf_tokenizer("qwen2"), "qwen2")  # fmt: skip
+    meta = read_metadata(GGUFReader(tmp_path / "m.gguf"))
 
-    class Tensor:  # the reader's tensor interface, holding the Q4_K bytes
-        name, tensor_type, data = "blk.0.ffn_down.weight", QT.Q4_K, raw
+    class Tensor:  # the reader's tensor interface
+        def __init__(self, qtype: QT) -> None:
+            self.name, self.tensor_type = "blk.0.ffn_down.weight", qtype
+            self.data = ggml_tensor(qtype) if qtype == QT.Q4_K else _q6_k()
 
-    from workers.convert.from_gguf import read_metadata
+    name = "model.layers.0.mlp.down_proj"
+    for qtype, dtype, kept in [(QT.Q4_K, np.float32, True), (QT.Q4_K, np.float16, False),
+                               (QT.Q6_K, np.float32, False)]:  # fmt: skip
+        t = Tensor(qtype)
+        conv = convert_tensors([t], meta, dtype, keep_quantized=True)
+        want = quants.dequantize(t.data, qtype)
+        if kept:
+            assert conv.quantized == {name: 4}
+            a = {k.rsplit(".", 1)[1]: mx.array(v) for k, v in conv.weights.items()}
+            got = np.array(mx.dequantize(a["weight"], a["scales"], a["biases"], 32, 4))
+        else:
+            assert conv.formats == {f"{qtype.name} dequantized": 1}
+            got = conv.weights[f"{name}.weight"].astype(np.float32)
+            want = want.astype(dtype).astype(np.float32)  # fp16 output rounds, as stated
+        assert np.array_equal(got, want), (qtype.name, dtype)
 
-    conv = convert_tensors([Tensor()], read_metadata(reader), np.float32, keep_quantized=True)
-    got = conv.weights["model.layers.0.mlp.down_proj.weight"]
-    assert conv.formats == {"Q4_K dequantized": 1} and got.shape == (64, 512)
-    assert np.array_equal(got, quants.dequantize(raw, QT.Q4_K))
+
+def _q6_k() -> np.ndarray:
+    rng = np.random.default_rng(1)
+    blocks = rng.integers(0, 256, size=(24 * 2, 210), dtype=np.uint8)  # 24 rows x 512
+    blocks[:, -2:] = rng.uniform(1e-3, 2e-2, size=(48, 1)).astype(np.float16).view(np.uint8)
+    return blocks.reshape(24, -1)
 
 
 def test_llama3_rope_scaling_from_rope_freqs(tmp_path):
