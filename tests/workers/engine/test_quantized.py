@@ -31,12 +31,15 @@ def quantized(model, bits: int, group_size: int = 32):
     return q
 
 
-@pytest.fixture(scope="module", params=[("llama", 4), ("qwen3", 8)], ids=["llama-q4", "qwen3-q8"])
+# (arch, bits, group size): GGUF-like 4-bit groups of 32; mlx-community's 8-bit groups of 64.
+@pytest.fixture(
+    scope="module", params=[("llama", 4, 32), ("qwen3", 8, 64)], ids=["llama-q4g32", "qwen3-q8g64"]
+)
 def setup(request):
-    arch, bits = request.param
+    arch, bits, group = request.param
     float_target = tiny_model(arch, seed=3)
-    target = quantized(float_target, bits)
-    draft = quantized(perturbed(float_target, scale=0.35), bits)
+    target = quantized(float_target, bits, group)
+    draft = quantized(perturbed(float_target, scale=0.35), bits, group)
     assert len(quantized_layers(target)) == 15  # 2 layers x 7 linears + the embedding
     prompts = mixed_prompts(4, seed=11)
     refs = [reference_greedy(target, p, MAX_TOKENS) for p in prompts]
