@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tokenizer", help="tokenizer dir/file (default: the model directory)")
     up.add_argument("--gateway-host", default=None, help="default 127.0.0.1 local, 0.0.0.0 joined")
     up.add_argument("--gateway-port", type=int, default=50050)
+    up.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the OpenAI/Anthropic HTTP API here (0 = any free; default: off)",
+    )
     up.add_argument("--metrics-port", type=int, default=0, help="scheduler metrics (0 = any)")
     up.add_argument("--max-queue", type=int, default=4096)
     up.add_argument("--coalesce-ms", type=float, default=3.0)
@@ -218,6 +223,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     import ray
 
     from cluster.gateway_server import GatewayConfig
+    from cluster.http import HttpConfig
     from cluster.policy import PolicyConfig
     from cluster.ray_actor import ClusterSpec, start_cluster
     from cluster.runtime import RuntimeConfig
@@ -257,6 +263,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 PolicyConfig(max_queue=args.max_queue, coalesce_window_s=args.coalesce_ms / 1000)
             ),
             gateway=GatewayConfig(host=host, port=args.gateway_port, auth_token=token, tls=tls),
+            http=None
+            if args.http_port is None
+            else HttpConfig(host=host, port=args.http_port, auth_token=token, tls=tls),
             link=LinkConfig(auth_token=token, tls_ca_file=args.tls_ca),
             tokenizer_path=tokenizer,
             metrics_host="127.0.0.1" if local else "0.0.0.0",
@@ -270,6 +279,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = start_cluster(spec)
     a = cluster.addresses
     print(f"gateway:           {a['gateway']}", file=sys.stderr)
+    if a.get("http"):
+        print(f"http (OpenAI/Anthropic): {a['http']}/v1", file=sys.stderr)
     print(f"scheduler metrics: {a['metrics']}", file=sys.stderr)
     for wid, w in a["workers"].items():
         print(f"worker {wid}:  grpc {w['grpc']}  metrics {w['metrics']}", file=sys.stderr)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cluster.tokenizer import IncrementalDetokenizer
 from workers.types import SamplingParams
+
+if TYPE_CHECKING:  # the client imports this module and must not need `tokenizers`
+    from cluster.tokenizer import IncrementalDetokenizer
 
 # Error codes carried to callers (gRPC status names; mapped to statuses in the gateway only).
 INVALID_ARGUMENT = "INVALID_ARGUMENT"

@@ -26,6 +26,11 @@ class EngineConfig:
     # Engine.load on the CPU: keep a quantized checkpoint's layers quantized (less memory, slower
     # decode) instead of dequantizing them to fp32 at load (workers/loading.upcast_on_cpu).
     keep_quantized: bool = False
+    # Build round N+1 on the device before reading round N back, so the host's emit and
+    # bookkeeping overlap the device's compute (workers/engine.py). Used while every row is
+    # greedy without penalties and the drafter is device-resident (MTP head) or absent;
+    # other batches run one round at a time. Tokens are identical either way.
+    pipeline: bool = True
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:
