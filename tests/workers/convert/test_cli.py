@@ -106,3 +106,18 @@ def test_engine_load_keep_quantized_keeps_target_and_draft_quantized(converted):
         converted / "target", drafter=f"model:{converted / 'draft'}", keep_quantized=True
     )
     assert quantized_layers(engine.model) and quantized_layers(engine.drafter.model)
+
+
+def test_scheduler_tokenizer_reads_the_converted_directory(converted):
+    """`specfleet up --model OUT_DIR`: the mlx-free scheduler tokenizer encodes as the engine's
+    does, renders the GGUF's chat template and stops at its EOS."""
+    from cluster.tokenizer import TextTokenizer
+
+    text = TextTokenizer(converted / "target")
+    _, engine_tok = load(str(converted / "target"))
+    for prompt in PROMPTS:
+        assert text.encode(prompt) == engine_tok.encode(prompt, add_special_tokens=False)
+        assert text.decode(text.encode(prompt)) == prompt
+    chat = text.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert text.eos_token_ids == [text.encode("<|im_end|>")[0]]
