@@ -32,11 +32,21 @@ def quantized(model, bits: int, group_size: int = 32):
 
 
 # (arch, bits, group size): GGUF-like 4-bit groups of 32; mlx-community's 8-bit groups of 64.
-@pytest.fixture(
-    scope="module", params=[("llama", 4, 32), ("qwen3", 8, 64)], ids=["llama-q4g32", "qwen3-q8g64"]
-)
+CASES = {"llama-q4g32": ("llama", 4, 32), "qwen3-q8g64": ("qwen3", 8, 64)}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
 def setup(request):
-    arch, bits, group = request.param
+    return _build(*CASES[request.param])
+
+
+@pytest.fixture(scope="module")
+def qwen3_setup():
+    """The tiny MTP head follows the qwen3 layout."""
+    return _build(*CASES["qwen3-q8g64"])
+
+
+def _build(arch: str, bits: int, group: int):
     float_target = tiny_model(arch, seed=3)
     target = quantized(float_target, bits, group)
     draft = quantized(perturbed(float_target, scale=0.35), bits, group)
@@ -75,10 +85,8 @@ def test_ngram(setup):
     _check(engine, prompts, refs, "ngram")
 
 
-def test_mtp_head_on_a_quantized_target(setup):
-    arch, target, _, prompts, refs = setup
-    if arch != "qwen3":
-        pytest.skip("the tiny MTP head follows the qwen3 layout")
+def test_mtp_head_on_a_quantized_target(qwen3_setup):
+    _, target, _, prompts, refs = qwen3_setup
     head = fit_mtp_head(target, steps=60, lr=3e-3)
     engine = Engine(target, drafter=MTPDrafter(target, head), max_batch_size=4, draft_depth=3)
     _check(engine, prompts, refs, "mtp")
@@ -91,10 +99,8 @@ def test_mtp_head_on_a_quantized_target(setup):
     "embed_tokens.weight.dtype, which is uint32 for a quantized target (a Mac keeps it "
     "quantized); the lead's file: take the dtype of the embedding's scales when it has them",
 )
-def test_mtp_head_loaded_beside_a_quantized_target_keeps_float_weights(setup, tmp_path):
-    arch, target, _, _, _ = setup
-    if arch != "qwen3":
-        pytest.skip("the tiny MTP head follows the qwen3 layout")
+def test_mtp_head_loaded_beside_a_quantized_target_keeps_float_weights(qwen3_setup, tmp_path):
+    arch, target, _, _, _ = qwen3_setup
     from tests.tiny import make_tiny_tokenizer, save_tiny_checkpoint
 
     float_target = tiny_model(arch, seed=3)
