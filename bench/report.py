@@ -3,7 +3,8 @@
     .venv/bin/python bench/report.py            # after bench/run.py (or the scripts) wrote JSON
 
 Reads, when present: engine_cpu.json (bench/engine.py), sampling_cpu.json (bench/sampling.py),
-cluster_overhead_cpu.json, http_overhead_cpu.json (bench/http_overhead.py), peers_*.json (bench/peers.py), gpu_h200_qwen3_1b.json and
+cluster_overhead_cpu.json, http_overhead_cpu.json (bench/http_overhead.py), peers_*.json
+(bench/peers.py), gguf_real_cpu.json (bench/gguf_real.py), gpu_h200_qwen3_1b.json and
 engine_default_h200.json (bench/gpu.py and bench/engine.py on the lent GPU). Missing files are
 skipped with a note.
 """
@@ -283,6 +284,15 @@ def main() -> None:
         stem = path.stem
         out += [f"## Peers on a Qwen3.5-shape model ({stem.split('_', 1)[1]})", ""]
         out += peers_section(json.loads(path.read_text()), stem)
+    greal = load("gguf_real_cpu.json")
+    if greal:
+        try:
+            from bench.report_gguf import gguf_real_section
+        except ImportError:  # run as a script: bench/ itself is on sys.path
+            from report_gguf import gguf_real_section  # type: ignore[no-redef]
+
+        out += ["## A real GGUF checkpoint, kept quantized vs dequantized (CPU)", ""]
+        out += gguf_real_section(greal)
     gpu = load("gpu_h200_qwen3_1b.json")
     if gpu:
         out += ["## GPU: random ~1B Qwen3 (bf16), MLX CUDA build", "",

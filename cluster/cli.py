@@ -6,6 +6,7 @@ specfleet up --address auto               # join a Ray cluster: one worker per n
                                           # the specfleet_worker resource
 specfleet batch IN.jsonl -o OUT.jsonl --gateway HOST:PORT
 specfleet worker --model PATH --port 50051
+specfleet convert FILE.gguf OUT_DIR        # a GGUF file -> an mlx-lm model directory
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "worker", help="run one worker standalone (see `specfleet worker -h`)", add_help=False
+    )
+    sub.add_parser(
+        "convert",
+        help="convert a GGUF file into an mlx-lm model directory (`specfleet convert -h`)",
+        add_help=False,
     )
     sub.add_parser(
         "demo",
@@ -348,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         from workers.service.cli import worker_main
 
         return worker_main(argv[1:])
+    if argv and argv[0] == "convert":  # the converter imports mlx: only inside this branch
+        from workers.convert.cli import convert_main
+
+        return convert_main(argv[1:])
     if argv and argv[0] == "demo":
         from cluster.demo import main as demo_main
 

@@ -23,6 +23,9 @@ class EngineConfig:
     # (workers/depth_policy.py). Applies to rows whose tokens do not depend on the depth:
     # greedy and coupled-acceptance rows; rejection-sampled rows keep their depth.
     adaptive_depth: bool = False
+    # Engine.load on the CPU: keep a quantized checkpoint's layers quantized (less memory, slower
+    # decode) instead of dequantizing them to fp32 at load (workers/loading.upcast_on_cpu).
+    keep_quantized: bool = False
     # Build round N+1 on the device before reading round N back, so the host's emit and
     # bookkeeping overlap the device's compute (workers/engine.py). Used while every row is
     # greedy without penalties and the drafter is device-resident (MTP head) or absent;

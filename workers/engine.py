@@ -127,7 +127,7 @@ class Engine:
 
         model_dir = Path(path) if path is not None else DEFAULT_MODEL_DIR / "target"
         model, tokenizer = load(str(model_dir))[:2]
-        upcast_on_cpu(model)
+        upcast_on_cpu(model, keep_quantized=bool(config.get("keep_quantized")))
         config.setdefault("model_id", model_dir.name if path is not None else "specfleet-default")
         return cls(model, tokenizer, drafter=make_drafter(drafter, model_dir, model), **config)
 

@@ -70,8 +70,10 @@ class MTPDrafter:
 
         config = json.loads((Path(model_dir) / "config.json").read_text())
         head = load_mtp_head(model_dir, config)
-        # Run the head in the target's dtype (fp32 when the engine upcast it for the CPU).
-        head.set_dtype(text_model(target).model.embed_tokens.weight.dtype)
+        # Run the head in the target's dtype (fp32 when the engine upcast it for the CPU). A
+        # quantized embedding stores uint32 weights: its scales carry the float dtype.
+        embed = text_model(target).model.embed_tokens
+        head.set_dtype(getattr(embed, "scales", embed.weight).dtype)
         return cls(target, head)
 
     @property

@@ -43,6 +43,7 @@ class EngineSpec:
             adaptive_depth=not args.fixed_depth,
             max_batch_size=args.max_batch_size,
             max_context=args.max_context,
+            keep_quantized=args.keep_quantized,
         )
         return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
@@ -77,3 +78,7 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
     )  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--max-context", type=int)
+    p.add_argument(
+        "--keep-quantized", action="store_true",
+        help="CPU: keep a quantized model's layers quantized (default: dequantize to fp32 at load)",
+    )  # fmt: skip
