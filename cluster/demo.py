@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-depth", type=int, default=3)
     p.add_argument("--limit", type=int, help="only the first N requests (a shorter run)")
     p.add_argument("--no-baseline", action="store_true", help="skip the no-drafter run")
+    p.add_argument(
+        "--stream-prompts", type=int, default=8,
+        help="held-out prompts decoded alone for the single-stream speedup (0: skip)",
+    )  # fmt: skip
     return p
 
 
@@ -59,6 +63,21 @@ def _up_batch(args: argparse.Namespace, inp: Path, name: str, drafter: str | Non
     return dict(json.loads(summary.read_text()))
 
 
+def _single_stream(args: argparse.Namespace) -> dict | None:
+    """One request at a time, with vs without the drafter (workers/stream_speed.py), in its
+    own process: the regime where speculation pays most (cluster/ never imports mlx)."""
+    if args.stream_prompts <= 0:
+        return None
+    cmd = [sys.executable, "-m", "workers.stream_speed", "--drafter", args.drafter,
+           "--prompts", str(args.stream_prompts)]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 def _fmt(value: object, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "n/a"
 
@@ -74,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline = _up_batch(args, inp, "baseline", None)
     print(f"specfleet demo: main run, drafter {args.drafter} ...", file=sys.stderr)
     main_run = _up_batch(args, inp, "results", args.drafter)
+    print("specfleet demo: single stream, one request at a time ...", file=sys.stderr)
+    stream = _single_stream(args)
     tps = float(main_run.get("tokens_per_s") or 0.0)
     lines = [
         "",
@@ -85,10 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         f"  acceptance length: {_fmt(main_run.get('mean_acceptance_length'), '.2f')} "
         "tokens per target forward",
     ]
+    if stream:
+        lines.append(
+            f"  speedup (single stream): {stream['speedup']:.2f}x "
+            f"({stream['spec_tokens_per_s']:.1f} vs {stream['plain_tokens_per_s']:.1f} tokens/s, "
+            f"one request at a time, {stream['requests']} requests, outputs identical "
+            f"{stream['identical']})"
+        )
     if baseline:
         base = float(baseline.get("tokens_per_s") or 0.0)
-        speed = f"{tps / base:.2f}x ({base:.1f} tokens/s without a drafter)" if base else "n/a"
-        lines.append(f"  speedup:           {speed}")
+        speed = f"{tps / base:.2f}x ({tps:.1f} vs {base:.1f} tokens/s" if base else "n/a"
+        lines.append(
+            f"  speedup (batch job): {speed}, {main_run.get('num_requests')} requests on "
+            f"{args.workers} workers)"
+        )
     lines.append(f"  results:           {out_dir / 'results.jsonl'}")
     print("\n".join(lines))
     return 0
