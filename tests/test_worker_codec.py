@@ -158,7 +158,13 @@ _event = st.dictionaries(st.sampled_from(sorted(EVENT_KEYS) + ["x"]), _any, max_
 _bodies = st.one_of(_any, st.fixed_dictionaries({"events": st.lists(_event, max_size=3)}))
 
 
-@settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=2000,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 @given(
     body=_bodies,
     content_type=st.sampled_from([CT_EVENTS, CT_INFO, "x"]),

@@ -61,7 +61,7 @@ def test_fuzz_batch_jsonl_thousands_of_malformed_lines(tmp_path: Path) -> None:
     figures |= {"good_lines": 0, "good_failures": 0}
     run = {"n": 0}
 
-    @settings(max_examples=12, deadline=None, database=None,
+    @settings(max_examples=16, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(st.lists(bad_line, min_size=150, max_size=220))
     def fuzz(bad: list[str]) -> None:

@@ -143,7 +143,7 @@ def test_fuzz_gateway_thousands_of_malformed_requests(tmp_path: Path) -> None:
         assert code in CLIENT_ERRORS, (code, details)
         figures["client_errors"] += 1
 
-    @settings(max_examples=2200, deadline=None, database=None,
+    @settings(max_examples=2200, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(data=st.one_of(structured, raw), how=method, batch=st.lists(structured, max_size=3))
     def fuzz(data: bytes, how: str, batch: list[bytes]) -> None:
