@@ -76,6 +76,7 @@ class DepthPolicy:
     _rounds: int = 0
     _first: dict = field(default_factory=dict)  # (B, k) -> fastest round seen (first included)
     _count: dict = field(default_factory=dict)  # (B, k) -> rounds seen
+    _worst: dict = field(default_factory=dict)  # (B, k) -> slowest round seen
     _warm: bool = True  # still in the warm-up
     _time_total: float = 0.0  # seconds of every round observed
     _explore_loss: float = 0.0  # predicted seconds exploration has cost over the best depth
@@ -102,6 +103,7 @@ class DepthPolicy:
         k = int(draft_counts.max(initial=0))
         self._first[(B, k)] = min(step_time_s, self._first.get((B, k), float("inf")))
         self._count[(B, k)] = self._count.get((B, k), 0) + 1
+        self._worst[(B, k)] = max(step_time_s, self._worst.get((B, k), 0.0))
         if (B, k) in self._seen:
             self._rows.append((B, k, step_time_s))
         else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
@@ -205,10 +207,16 @@ class DepthPolicy:
         return (1 + self.max_depth) / max(seen[m], 1e-9) <= best
 
     def _may_explore(self, batch_size: int, k: int) -> bool:
-        """Explore depth k only while exploring's predicted cost stays within budget."""
+        """Explore depth k only while exploring's cost stays within budget, costed at the
+        slowest drafting round seen at this batch size: a drafter's first proposal after
+        rounds without drafts may carry one-off work (a draft model catching up on the
+        tokens it skipped) that a median would hide."""
         rates = self._rates(batch_size)
-        costs = self.round_costs(batch_size)
-        loss = max(0.0, costs[k] - expected_tokens(self.acceptance(), k) / max(rates.max(), 1e-9))
+        worst = max(
+            (t for (b, j), t in self._worst.items() if b == batch_size and j > 0), default=0.0
+        )
+        cost = self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
+        loss = max(0.0, cost - expected_tokens(self.acceptance(), k) / max(rates.max(), 1e-9))
         if self._explore_loss + loss > self.explore_budget * self._time_total:
             return False
         self._explore_loss += loss

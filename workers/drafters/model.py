@@ -4,6 +4,11 @@ The draft model keeps its own ragged per-row cache (workers.kv_cache). Row r's c
 prefix of the row's history; the rest (its "tail": at least the unverified last token, plus the
 last draft when every draft was accepted) is fed as the first, ragged window of the next
 proposal. Each later draft step is a one-token window for every row at its own position.
+
+Prefill is lazy: a joining row's prompt enters the draft cache at its first proposal, not when
+it joins, and rounds that draft nothing (adaptive depth 0) leave the cache behind, so a draft
+model that does not pay costs nothing once the depth policy stops drafting with it. A long tail
+is caught up in prefill chunks before the proposal's first window.
 """
 
 from __future__ import annotations
@@ -33,9 +38,7 @@ class ModelDrafter:
         self._tail = np.zeros(0, dtype=np.int64)
 
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: object = None) -> None:
-        new = BatchCache.for_model(self.model, len(histories))
-        prefill(self.model, new, [h[:-1] for h in histories], self.prefill_step_size)
-        self.cache.append(new)
+        self.cache.append(BatchCache.for_model(self.model, len(histories)))  # filled lazily
         self.histories.extend(histories)
 
     def keep_rows(self, keep: Sequence[int]) -> None:
@@ -48,6 +51,9 @@ class ModelDrafter:
         B, K = len(depths), int(depths.max(initial=0))
         if K == 0:
             return empty_proposal(B)
+        behind = [h[int(n) : len(h) - 1] for h, n in zip(self.histories, self.cache.lengths)]
+        if max(len(b) for b in behind) >= self.prefill_step_size:
+            prefill(self.model, self.cache, behind, self.prefill_step_size)  # catch up first
         lengths = self.cache.lengths
         tails = [h[int(n) :] for h, n in zip(self.histories, lengths)]
         self._tail = np.array([len(t) for t in tails], dtype=np.int64)
