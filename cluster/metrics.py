@@ -50,6 +50,9 @@ class SchedulerMetrics:
         self.rejected = Counter(
             p + "rejected", "Requests refused at admission", ["reason"], registry=r
         )
+        self.tick_failures = Counter(
+            p + "tick_failures", "Dispatch passes that raised (a scheduler bug)", registry=r
+        )
         self.generated_tokens = Counter(
             p + "generation_tokens", "Tokens delivered to clients", registry=r
         )
