@@ -77,8 +77,10 @@ class SimLink:
         self.loop = asyncio.get_running_loop()
 
     def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
+        t0 = time.thread_time()
         if submit:
             self.loop.call_soon(self._answer, submit)
+        self.meter.cpu += time.thread_time() - t0
 
     def _answer(self, submit: list[WorkerSubmit]) -> None:
         t0 = time.thread_time()

@@ -188,6 +188,23 @@ class BatchPolicy:
             heapq.heappush(self._buckets[b].heap, key)
         return rnd.result()
 
+    def may_leave(self, total_free_slots: int) -> bool:
+        """Could a round dispatch something now? True when some bucket holds a request known
+        to be due or enough requests to fill the free slots; requests whose timer has passed
+        since the last round are not counted (that timer wakes the caller anyway). Lets the
+        caller skip rounds that would find nothing, in O(number of buckets)."""
+        if total_free_slots <= 0:
+            return False
+        fill = max(1, min(total_free_slots, self.config.max_batch_size))
+        return any(b.count and (b.num_due or b.count >= fill) for b in self._buckets.values())
+
+    def first_timer(self, request: PendingRequest) -> float:
+        """The earliest time at which this request needs a round (due, or near its deadline)."""
+        t = request.arrival + self.config.coalesce_window_s
+        if request.deadline is not None:
+            t = min(t, request.deadline - self.config.coalesce_window_s)
+        return t
+
     def next_wakeup(self, now: float) -> float | None:
         """Earliest future time at which a waiting request becomes due or expires; None when
         nothing is pending in the future (due-but-blocked requests wait for freed capacity)."""

@@ -83,6 +83,8 @@ class Batch:
 
     @property
     def padding_ratio(self) -> float:
+        if len(self.requests) <= 1:
+            return 0.0  # one row pads nothing (and on a big fleet most batches are one row)
         padded = self.num_padded_tokens
         return 0.0 if padded == 0 else 1.0 - self.num_real_tokens / padded
 

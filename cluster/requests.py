@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cluster.tokenizer import IncrementalDetokenizer
 from workers.types import SamplingParams
@@ -63,6 +64,23 @@ class Delta:
     logprobs: list[float] | None = None  # [num_new_tokens] when requested
 
 
+class Subscriber(Protocol):
+    def put_nowait(self, item: Delta, /) -> None: ...
+
+
+class FinalWaiter:
+    """A subscriber that wants only the last delta (unary calls): a future, no queue."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Delta]) -> None:
+        self.future = future
+
+    def put_nowait(self, item: Delta, /) -> None:
+        if item.finished and not self.future.done():
+            self.future.set_result(item)
+
+
 @dataclass
 class RequestState:
     request_id: str
@@ -88,7 +106,7 @@ class RequestState:
     requeues: int = 0
     finished: bool = False
     final: Delta | None = None
-    subscribers: list[asyncio.Queue[Delta]] = field(default_factory=list)
+    subscribers: list[Subscriber] = field(default_factory=list)  # queues or FinalWaiters
 
     @property
     def remaining(self) -> int:

@@ -36,7 +36,7 @@ from cluster.admission import EngineLimits, check_fits, tokenize_input
 from cluster.metrics import SchedulerMetrics
 from cluster.policy import Batch, BatchPolicy, Fleet, PendingRequest, PolicyConfig, QueueFullError
 from cluster.policy import WorkerCapacity as Capacity
-from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
+from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
 from workers.types import RequestOutput
@@ -83,7 +83,6 @@ class WorkerSlot:
     kv_inflight: int = 0
     address: str = ""
     metrics_url: str = ""
-    inflight_gauge: Any = None  # this worker's labelled child of metrics.inflight
 
     def capacity(self) -> Capacity | None:
         if not self.connected or self.status is None or self.status.state != "serving":
@@ -123,14 +122,16 @@ class Scheduler:
         self._dispatches = itertools.count(1)  # makes every wire id unique
         self._running_deadlines: list[tuple[float, str]] = []  # (deadline, wire id) in flight
         self._wake = asyncio.Event()
+        self._armed_at: float | None = None  # clock time the loop's timer wakes it, if set
+        self._outcomes: dict[str, Any] = {}  # labelled children of metrics.requests
         self._task: asyncio.Task[None] | None = None
 
     # -- workers ----------------------------------------------------------------------------
     def add_worker(self, link: WorkerLink, address: str = "", metrics_url: str = "") -> None:
-        gauge = self.metrics.inflight.labels(link.worker_id)
-        self.workers[link.worker_id] = WorkerSlot(
-            link, address=address, metrics_url=metrics_url, inflight_gauge=gauge
-        )
+        slot = WorkerSlot(link, address=address, metrics_url=metrics_url)
+        self.workers[link.worker_id] = slot
+        # Read at scrape time: nothing to update per dispatch.
+        self.metrics.inflight.labels(link.worker_id).set_function(lambda: len(slot.inflight))
 
     def worker_connected(self, worker_id: str, status: WorkerStatus, address: str = "") -> None:
         slot = self.workers[worker_id]
@@ -157,7 +158,6 @@ class Scheduler:
             state = self.live.get(rid)
             if state is not None and state.wire_id == wire_id:
                 self._requeue(state, f"worker {worker_id} lost: {reason}")
-        slot.inflight_gauge.set(0)
         self._count_connected()
         self._kick()
 
@@ -175,7 +175,6 @@ class Scheduler:
                     self._requeue(state, f"worker {worker_id} refused: {ev.code} {ev.message}")
                 continue
             self._apply(state, ev, worker_id)
-        self._kick()
 
     # -- requests -----------------------------------------------------------------------------
     def submit(self, inp: GenerateInput) -> RequestState:
@@ -220,8 +219,13 @@ class Scheduler:
             raise SchedulerError(rq.RESOURCE_EXHAUSTED, str(e)) from None
         self.finished.pop(rid, None)
         self.live[rid] = state
-        self.metrics.queue_depth.set(len(self.policy))
-        self._kick()
+        # Coalescing: wake the loop only when a round could dispatch now, or when this
+        # request's timer comes before the loop's; otherwise the timer's round takes it along
+        # with every other arrival of the window (one round for many concurrent calls).
+        if self.policy.may_leave(self.fleet.total_free_slots) or (
+            self._armed_at is None or self.policy.first_timer(pending) < self._armed_at
+        ):
+            self._kick()
         return state
 
     async def stream(self, state: RequestState) -> AsyncIterator[Delta]:
@@ -242,6 +246,16 @@ class Scheduler:
                     return
         finally:
             state.subscribers.remove(q)
+
+    def final(self, state: RequestState) -> FinalWaiter:
+        """Subscribe to the request's last delta only (cheaper than `stream` for unary calls);
+        the caller removes the waiter from `state.subscribers` when it stops waiting."""
+        waiter = FinalWaiter(asyncio.get_running_loop().create_future())
+        if state.final is not None:
+            waiter.future.set_result(state.final)
+        else:
+            state.subscribers.append(waiter)
+        return waiter
 
     def cancel(self, request_id: str) -> bool:
         state = self.live.get(request_id)
@@ -287,12 +301,13 @@ class Scheduler:
                 continue
             if self._wake.is_set():
                 continue  # something arrived during the tick: go again at once
-            wake = self._next_wakeup(now)
+            wake = self._armed_at = self._next_wakeup(now)
             timer = None
             if wake is not None:
                 delay = max(wake - self.clock(), 0.0005)
                 timer = loop.call_at(loop.time() + delay, self._wake.set)
             await self._wake.wait()
+            self._armed_at = None
             if timer is not None:
                 timer.cancel()
 
@@ -372,7 +387,6 @@ class Scheduler:
             submits.append(WorkerSubmit(state.wire_id, state.committed_prefix, params))
         self.metrics.batch_size.observe(len(batch.requests))
         self.metrics.padding_ratio.observe(batch.padding_ratio)
-        slot.inflight_gauge.set(len(slot.inflight))
         slot.link.send(submits, [])
 
     # -- per-request transitions ---------------------------------------------------------------
@@ -421,6 +435,7 @@ class Scheduler:
         state.requeues += 1
         self.metrics.requeues.inc()
         self.policy.submit(self._pending(state), requeue=True)
+        self._kick()
 
     def _release(self, state: RequestState) -> None:
         """Free the worker capacity held by the current attempt (the state keeps its ids)."""
@@ -431,7 +446,8 @@ class Scheduler:
         if slot is not None and slot.inflight.pop(state.wire_id, None) is not None:
             slot.kv_inflight -= state.kv_tokens
             self.fleet.release(slot.link.worker_id, state.kv_tokens)
-            slot.inflight_gauge.set(len(slot.inflight))
+            if self.policy.may_leave(self.fleet.total_free_slots):
+                self._kick()  # a freed slot lets a waiting request go
 
     def _finish(
         self,
@@ -467,7 +483,10 @@ class Scheduler:
         )
         state.publish(state.final)
         self.live.pop(state.request_id, None)
-        self.metrics.requests.labels(code or "ok").inc()
+        outcome = self._outcomes.get(code or "ok")
+        if outcome is None:
+            outcome = self._outcomes[code or "ok"] = self.metrics.requests.labels(code or "ok")
+        outcome.inc()
         if self.config.finished_cache_size:
             self.finished[state.request_id] = state
             while len(self.finished) > self.config.finished_cache_size:
