@@ -183,11 +183,13 @@ def summary(
 
 
 # -- gateway path -------------------------------------------------------------------------------
-async def client_main(address: str, n: int, concurrency: int, tag: str) -> None:
-    """One client process: `concurrency` unary Submit calls in flight, n in all."""
+async def client_main(address: str, n: int, concurrency: int, tag: str, chunk: int) -> None:
+    """One client process: `concurrency` calls in flight, n requests in all: unary Submit
+    calls (chunk 0) or SubmitBatch calls of `chunk` requests (what `specfleet batch` sends)."""
     import grpc
 
     from cluster.gateway_codec import request_to_pb
+    from protos.specfleet.v1 import gateway_pb2 as pb
     from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
 
     msgs = [
@@ -205,14 +207,24 @@ async def client_main(address: str, n: int, concurrency: int, tag: str) -> None:
                 await stub.Submit(m)
                 lat.append(time.perf_counter() - t0)
 
+        chunks = iter([msgs[i : i + chunk] for i in range(0, n, chunk)] if chunk else [])
+
+        async def batch_worker() -> None:
+            for c in chunks:
+                t0 = time.perf_counter()
+                resp = await stub.SubmitBatch(pb.SubmitBatchRequest(requests=c))
+                assert all(item.HasField("result") for item in resp.items), resp.items[0]
+                lat.extend([time.perf_counter() - t0] * len(c))
+
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        work = batch_worker if chunk else worker
+        await asyncio.gather(*(work() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
     print(json.dumps({"wall": wall, "lat": lat}))
 
 
 async def through_gateway(
-    n_workers: int, n_requests: int, concurrency: int, clients: int
+    n_workers: int, n_requests: int, concurrency: int, clients: int, chunk: int = 0
 ) -> dict[str, Any]:
     from cluster.gateway_server import GatewayServer
 
@@ -224,11 +236,10 @@ async def through_gateway(
     sched.start()
     gw = await GatewayServer(sched).start()
     per = n_requests // clients
-    warm = await run_clients(gw.address, [min(per, 500)], concurrency, "warm")
-    del warm
+    await run_clients(gw.address, [min(per, 500)], concurrency, "warm", chunk)
     meter.cpu = sim.cpu = 0.0
     cpu0, t0 = time.process_time(), time.perf_counter()
-    outs = await run_clients(gw.address, [per] * clients, concurrency, "run")
+    outs = await run_clients(gw.address, [per] * clients, concurrency, "run", chunk)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     await gw.stop(0.5)
     await sched.stop()
@@ -241,13 +252,15 @@ async def through_gateway(
         lat,
         meter.cpu,
         concurrency * clients,
-        "gateway",
+        f"gateway, SubmitBatch of {chunk}" if chunk else "gateway, unary Submit",
         server_cpu_us_per_req=1e6 * (cpu - sim.cpu) / len(lat),
         server_wall_s=wall,
     )
 
 
-async def run_clients(address: str, ns: list[int], concurrency: int, tag: str) -> list[dict]:
+async def run_clients(
+    address: str, ns: list[int], concurrency: int, tag: str, chunk: int
+) -> list[dict]:
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -260,6 +273,8 @@ async def run_clients(address: str, ns: list[int], concurrency: int, tag: str) -
             str(concurrency),
             "--label",
             f"{tag}{i}",
+            "--chunk",
+            str(chunk),
             stdout=asyncio.subprocess.PIPE,
             cwd=ROOT,
         )  # fmt: skip
@@ -290,6 +305,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=256, help="in-process requests in flight")
     ap.add_argument("--concurrency", type=int, default=64, help="calls in flight per client")
     ap.add_argument("--clients", type=int, default=1, help="client processes (gateway path)")
+    ap.add_argument("--chunk", type=int, default=512, help="SubmitBatch size (gateway path)")
+    ap.add_argument(
+        "--batch-concurrency", type=int, default=4, help="SubmitBatch calls in flight per client"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-gateway", action="store_true")
     ap.add_argument("--label", default="after")
@@ -297,7 +316,9 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/scheduler_sim.json")
     args = ap.parse_args()
     if args.client:
-        asyncio.run(client_main(args.client, args.requests, args.concurrency, args.label))
+        asyncio.run(
+            client_main(args.client, args.requests, args.concurrency, args.label, args.chunk)
+        )
         return
     rows: dict[str, dict[str, Any]] = {}
     for w in args.workers:
@@ -310,6 +331,14 @@ def main() -> None:
             )
             rows[str(w)]["gateway"] = g
             print(json.dumps(g), file=sys.stderr)
+            if args.chunk:
+                b = asyncio.run(
+                    through_gateway(
+                        w, args.requests, args.batch_concurrency, args.clients, args.chunk
+                    )
+                )
+                rows[str(w)]["gateway_batch"] = b
+                print(json.dumps(b), file=sys.stderr)
     out_path = Path(args.out)
     data: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
     data[args.label] = {
@@ -319,6 +348,8 @@ def main() -> None:
         "gateway_requests": args.gateway_requests,
         "gateway_clients": args.clients,
         "gateway_concurrency_per_client": args.concurrency,
+        "gateway_batch_chunk": args.chunk,
+        "gateway_batch_calls_in_flight": args.batch_concurrency,
         "slots_per_worker": SLOTS,
         "median_of": args.repeats,
         "rows": rows,
