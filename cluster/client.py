@@ -201,10 +201,19 @@ class Client:
         *,
         timeout: float | None = None,
         return_exceptions: bool = False,
+        request_ids: Sequence[str] | None = None,
         **kw: Any,
     ) -> list[CompletionResult | SpecfleetError]:
-        """All prompts in one call; per-item errors raise (or are returned in place)."""
-        req = pb.SubmitBatchRequest(requests=[self._request(p, dict(kw)) for p in prompts])
+        """All prompts in one call; per-item errors raise (or are returned in place).
+        `request_ids` (one per prompt) makes a retried batch attach to the same requests."""
+        if request_ids is not None and len(request_ids) != len(prompts):
+            raise ValueError(
+                f"request_ids has {len(request_ids)} ids for {len(prompts)} prompts: pass one each"
+            )
+        ids = request_ids if request_ids is not None else [None] * len(prompts)
+        req = pb.SubmitBatchRequest(
+            requests=[self._request(p, dict(kw, request_id=i)) for p, i in zip(prompts, ids)]
+        )
         resp = self._retrying(
             lambda: self._stub.SubmitBatch(req, metadata=self._md, timeout=timeout)
         )
