@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.requests import INVALID_ARGUMENT, GenerateInput, SchedulerError
+from cluster.policy import PendingRequest
+from cluster.requests import INVALID_ARGUMENT, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
 from workers.types import EngineInfo
 
@@ -94,3 +95,18 @@ def check_fits(
             f"prompt length {n} + max_tokens {max_tokens} exceeds every worker's KV budget: "
             "lower max_tokens or shorten the prompt",
         )
+
+
+def pending_request(state: RequestState, limits: EngineLimits | None) -> PendingRequest:
+    """What the policy queues for a request: its committed prefix as prompt, and as many new
+    tokens as the largest context leaves room for (the engine reserves at most this)."""
+    n = len(state.prompt) + len(state.tokens)
+    room = limits.max_context - n if limits else state.remaining
+    return PendingRequest(
+        request_id=state.request_id,
+        num_prompt_tokens=n,
+        max_tokens=max(1, min(state.remaining, room)),
+        arrival=state.arrival,
+        priority=state.priority,
+        deadline=state.deadline,
+    )

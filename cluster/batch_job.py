@@ -268,6 +268,7 @@ def run_batch(config: BatchJobConfig, backend: Backend | ChunkedBackend) -> Batc
             progress.update(tokens=summary.num_generated_tokens, failed=True)
 
         def call(cid: str, url: str | None, body: Any) -> tuple[ParsedBody, GenerationResult]:
+            assert not isinstance(backend, ChunkedBackend)
             parsed = parse_body(body, url)
             return parsed, backend(parsed, cid)
 
@@ -316,7 +317,7 @@ def run_batch(config: BatchJobConfig, backend: Backend | ChunkedBackend) -> Batc
 
 def main_with_backend(
     config: BatchJobConfig,
-    backend: Backend,
+    backend: Backend | ChunkedBackend,
     summary_json: Path | None,
     finish: Callable[[BatchSummary], None] | None = None,
 ) -> int:

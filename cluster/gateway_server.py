@@ -154,7 +154,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 )
             except SchedulerError as e:
                 items[i] = _error_item(state.request_id, e)
-        return pb.SubmitBatchResponse(items=items)
+        return pb.SubmitBatchResponse(items=[x for x in items if x is not None])  # all set
 
     async def Cancel(
         self, request: pb.CancelRequest, context: grpc.aio.ServicerContext

@@ -14,6 +14,12 @@ request in flight there is re-queued (ahead of the queue bound) with its committ
 SamplingParams.num_resumed_tokens saying how much of that prompt is output (presence_penalty
 counts it as output). Greedy and position-keyed seeded sampling depend only on that prefix, so
 the client sees the same tokens as in a run without the fault.
+
+Cost: nothing here scans every worker or every request per event. The fleet's free capacity
+is an index (cluster/fleet.py) updated as requests are dispatched and released, admission
+checks maxima recomputed when a worker connects, deadlines sit in timer heaps, and the loop
+wakes only when a round could dispatch or a timer is due, so requests arriving within the
+coalescing window (e.g. concurrent gateway calls) leave in one round.
 """
 
 from __future__ import annotations
@@ -28,73 +34,20 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from cluster import requests as rq
-from cluster.admission import EngineLimits, check_fits, tokenize_input
+from cluster.admission import EngineLimits, check_fits, pending_request, tokenize_input
 from cluster.metrics import SchedulerMetrics
-from cluster.policy import Batch, BatchPolicy, Fleet, PendingRequest, PolicyConfig, QueueFullError
-from cluster.policy import WorkerCapacity as Capacity
+from cluster.policy import Batch, BatchPolicy, Fleet, QueueFullError
 from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, SchedulerError
+from cluster.scheduler_types import MAX_ATTEMPTS, SchedulerConfig, WorkerLink, WorkerSlot
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
 from workers.types import RequestOutput
 
 log = logging.getLogger(__name__)
-MAX_ATTEMPTS = 32
-
-
-class WorkerLink(Protocol):
-    worker_id: str
-
-    def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
-        """Queue one session message; never blocks. A broken link reports a disconnect."""
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    finished_cache_size: int = 10_000  # finished requests kept for idempotent retries
-    # A dispatch pass that raises is retried after 10 ms and counted in
-    # specfleet_scheduler_tick_failures; this many failures in a row is a bug that will not go
-    # away: the scheduler fails fast (every live request ends with UNAVAILABLE, new ones are
-    # refused, `on_fatal` runs) instead of retrying forever.
-    max_tick_failures: int = 20
-
-    def __post_init__(self) -> None:
-        if self.finished_cache_size < 0:
-            raise ValueError(
-                f"SchedulerConfig.finished_cache_size={self.finished_cache_size!r}: use >= 0"
-            )
-        if self.max_tick_failures < 1:
-            raise ValueError(
-                f"SchedulerConfig.max_tick_failures={self.max_tick_failures!r}: use >= 1"
-            )
-
-
-@dataclass
-class WorkerSlot:
-    link: WorkerLink
-    status: WorkerStatus | None = None
-    connected: bool = False
-    connections: int = 0
-    inflight: dict[str, str] = field(default_factory=dict)  # wire id -> request id
-    kv_inflight: int = 0
-    address: str = ""
-    metrics_url: str = ""
-
-    def capacity(self) -> Capacity | None:
-        if not self.connected or self.status is None or self.status.state != "serving":
-            return None
-        e = self.status.engine
-        return Capacity(
-            worker_id=self.link.worker_id,
-            free_slots=e.max_batch_size - len(self.inflight),
-            kv_free_tokens=e.kv_budget_tokens - self.kv_inflight,
-            num_inflight=len(self.inflight),
-            max_slots=e.max_batch_size,
-        )
+__all__ = ["MAX_ATTEMPTS", "Scheduler", "SchedulerConfig", "WorkerLink", "WorkerSlot"]
 
 
 class Scheduler:
@@ -170,7 +123,7 @@ class Scheduler:
             if isinstance(ev, WorkerRejection):
                 self._release(state)
                 if ev.code == rq.INVALID_ARGUMENT:
-                    self._fail(state, rq.INVALID_ARGUMENT, f"{ev.field}: {ev.message}")
+                    self._finish(state, "error", rq.INVALID_ARGUMENT, f"{ev.field}: {ev.message}")
                 else:
                     self._requeue(state, f"worker {worker_id} refused: {ev.code} {ev.message}")
                 continue
@@ -192,7 +145,7 @@ class Scheduler:
                 rq.RESOURCE_EXHAUSTED,
                 f"waiting queue is full ({self.config.policy.max_queue} requests): retry later",
             )
-        prompt = self._tokenize(inp)
+        prompt = tokenize_input(inp, self.tokenizer)
         now = self.clock()
         if inp.timeout_s is not None and inp.timeout_s <= 0:
             raise SchedulerError(rq.INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
@@ -210,7 +163,7 @@ class Scheduler:
             deadline=None if inp.timeout_s is None else now + inp.timeout_s,
             detok=self.tokenizer.detokenizer() if self.tokenizer else None,
         )
-        pending = self._pending(state)
+        pending = pending_request(state, self.limits)
         check_fits(prompt, params.max_tokens, pending.kv_tokens, self.limits)
         try:
             self.policy.submit(pending)
@@ -434,7 +387,7 @@ class Scheduler:
             return
         state.requeues += 1
         self.metrics.requeues.inc()
-        self.policy.submit(self._pending(state), requeue=True)
+        self.policy.submit(pending_request(state, self.limits), requeue=True)
         self._kick()
 
     def _release(self, state: RequestState) -> None:
@@ -492,24 +445,6 @@ class Scheduler:
             while len(self.finished) > self.config.finished_cache_size:
                 self.finished.popitem(last=False)
 
-    def _fail(self, state: RequestState, code: str, message: str) -> None:
-        self._finish(state, "error", code, message)
-
     # -- admission helpers -----------------------------------------------------------------
-    def _tokenize(self, inp: GenerateInput) -> list[int]:
-        return tokenize_input(inp, self.tokenizer)
-
-    def _pending(self, state: RequestState) -> PendingRequest:
-        n = len(state.prompt) + len(state.tokens)  # the committed prefix
-        room = self.limits.max_context - n if self.limits else state.remaining
-        return PendingRequest(
-            request_id=state.request_id,
-            num_prompt_tokens=n,
-            max_tokens=max(1, min(state.remaining, room)),  # the engine reserves at most this
-            arrival=state.arrival,
-            priority=state.priority,
-            deadline=state.deadline,
-        )
-
     def _count_connected(self) -> None:
         self.metrics.workers_connected.set(sum(s.connected for s in self.workers.values()))
