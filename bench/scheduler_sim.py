@@ -341,6 +341,8 @@ def main() -> None:
                 print(json.dumps(b), file=sys.stderr)
     out_path = Path(args.out)
     data: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
+    if args.label in data:  # a run for more worker counts adds rows to the same label
+        rows = {**data[args.label]["rows"], **rows}
     data[args.label] = {
         "machine": f"{platform.machine()} {os.cpu_count()} cores (shared with other jobs)",
         "load_average_end": os.getloadavg(),
