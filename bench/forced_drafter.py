@@ -19,6 +19,7 @@ from workers.drafters.base import DraftRequest, Proposal
 class ForcedDrafter:
     name = "forced"
     needs_target_hidden = False
+    device_resident = False
 
     def __init__(
         self,
@@ -43,7 +44,9 @@ class ForcedDrafter:
     def keep_rows(self, keep: Sequence[int]) -> None:
         self._rows = [self._rows[i] for i in keep]
 
-    def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:
+    def commit(
+        self, num_accepted: object, hidden: object = None, tokens: object = None
+    ) -> None:
         pass  # the position in the reference follows from the history's length
 
     def propose(self, request: DraftRequest) -> Proposal:

@@ -23,6 +23,11 @@ class EngineConfig:
     # (workers/depth_policy.py). Applies to rows whose tokens do not depend on the depth:
     # greedy and coupled-acceptance rows; rejection-sampled rows keep their depth.
     adaptive_depth: bool = False
+    # Build round N+1 on the device before reading round N back, so the host's emit and
+    # bookkeeping overlap the device's compute (workers/engine.py). Used while every row is
+    # greedy without penalties and the drafter is device-resident (MTP head) or absent;
+    # other batches run one round at a time. Tokens are identical either way.
+    pipeline: bool = True
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:

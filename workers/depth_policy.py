@@ -149,7 +149,11 @@ class DepthPolicy:
 
 
 def row_depths(
-    rows: Sequence[Row], draft_depth: int, verify_tokens_per_row: int, cap: int | None
+    rows: Sequence[Row],
+    draft_depth: int,
+    verify_tokens_per_row: int,
+    cap: int | None,
+    in_flight: int = 0,
 ) -> np.ndarray:
     """[B] each row's draft depth this round: the request's or the engine's `draft_depth`,
     clamped to what fits, and to the policy's `cap` where the row's tokens allow it.
@@ -157,6 +161,8 @@ def row_depths(
     The bonus token counts against max_tokens and the context, and one verify forward carries
     at most max_verify_tokens (B * verify_tokens_per_row) tokens, so deep drafts shrink instead
     of failing. The cap applies to depth-invariant rows only (greedy, coupled sampling).
+    `in_flight`: tokens a row may have emitted in a pipelined round not read yet (greedy rows
+    only, whose tokens do not depend on depth), so the budget is counted conservatively.
     """
     capacity = max(0, verify_tokens_per_row - 1)
     row_cap = cap if cap is not None and cap < draft_depth else MAX_DEPTH
@@ -167,7 +173,7 @@ def row_depths(
                 min(
                     r.params.draft_depth or draft_depth,
                     row_cap if r.params.depth_invariant else MAX_DEPTH,
-                    r.remaining - 1,
+                    r.remaining - in_flight - 1,
                     capacity,
                 ),
             )

@@ -6,6 +6,17 @@ and the round is draft -> verify -> accept -> compact -> emit (see `_round`). Ro
 own accept counts; caches keep every row contiguous (workers.kv_cache). This module imports
 neither grpc nor ray: the service (workers/service) and the cluster drive it through
 add_request / abort / step / info.
+
+Pipelined rounds. While every row is greedy (no penalties) and the drafter keeps its state on
+the device (MTP head, or none), a step *launches* round N+1 before it *collects* round N:
+everything round N+1 needs from round N (each row's accept count, its last token, the MTP
+pairs, the cache lengths) stays on the device as lazy arrays, so building N+1 reads nothing
+back, and the host's emit, stop checks and bookkeeping for N run while the device computes
+N+1 (`mx.async_eval`, as mlx-lm's generate_step overlaps its steps). A row that finished in
+round N is found one round late: its slot in N+1 is computed, discarded, never emitted. Host
+cache lengths are upper bounds while a round is in flight (BatchCache.commit_lazy) and are
+tightened from the rows' histories when it is read. Other batches (sampling, penalties,
+host-side drafters) run one synchronous round per step; greedy tokens are the same either way.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ import numpy as np
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.depth_policy import DepthPolicy, row_depths
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
-from workers.forward import forward_window, forward_window_hidden, pad_windows, prefill_chunk
+from workers.forward import forward_window, forward_window_hidden, prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.rows import Row
@@ -36,7 +47,20 @@ from workers.types import (
     RoundStats,
     SamplingParams,
 )
-from workers.verify import Verdict, verify_greedy
+from workers.verify import Verdict, greedy_outcome, token_logprobs, verify_greedy
+
+
+@dataclass
+class _Flight:
+    """A pipelined round on the device that the host has not read yet."""
+
+    rows: list[Row]  # the batch it computed, in order (rows may have left since)
+    counts: np.ndarray  # [B] drafts proposed per row (host-known at launch)
+    num_accepted: mx.array  # [B] int32
+    tokens: mx.array  # [B, K+1] emitted tokens, row r's first num_accepted[r] + 1 valid
+    last: mx.array  # [B] int32 each row's newest token: the next round's first input
+    logprobs: mx.array | None  # [B, K+1]
+    width: int  # K + 1: the most tokens a row can have committed
 
 
 @dataclass
@@ -80,6 +104,10 @@ class Engine:
             else None
         )
         self._verify_hidden: mx.array | None = None
+        self._flight: _Flight | None = None  # pipelined round launched, not read yet
+        self._pipeline_ok = self.config.pipeline and (
+            drafter is None or bool(getattr(drafter, "device_resident", False))
+        )
         self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
@@ -122,23 +150,32 @@ class Engine:
 
     def has_work(self) -> bool:
         with self._lock:
-            return bool(self.rows or self.waiting or self._inbox or self._prefill)
+            return bool(self.rows or self.waiting or self._inbox or self._prefill or self._flight)
 
     def step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
         events = self._take_new_work()
         stats = RoundStats()
-        self._admit(stats)
-        events += self._drop_finished()  # aborted rows leave before the round computes them
-        round_ = self._round(stats) if self.rows else None
+        events += self._drop_finished()  # aborted rows leave before a round computes them
+        if (self.rows or self._flight) and self._pipelined():
+            events += self._pipelined_step(stats)
+        else:
+            if self._flight is not None:  # a batch that cannot pipeline: drain first
+                flight, self._flight = self._flight, None
+                events += self._collect(flight, stats)
+                events += [e for r in self.rows if (e := r.take_event()) is not None]
+                events += self._drop_finished()
+            self._admit(stats)
+            events += self._drop_finished()
+            round_ = self._round(stats) if self.rows else None
+            events += [e for r in self.rows if (e := r.take_event()) is not None]
+            self._drop_finished()
+            if round_ is not None and self.depth_policy is not None:
+                proposal, verdict = round_
+                step_s = time.perf_counter() - t0 - stats.time_prefill_s
+                self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
-        events += [e for r in self.rows if (e := r.take_event()) is not None]
-        self._drop_finished()
-        if round_ is not None and self.depth_policy is not None:
-            proposal, verdict = round_
-            step_s = time.perf_counter() - t0 - stats.time_prefill_s
-            self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         return events
 
     def take_round_stats(self) -> list[RoundStats]:
@@ -214,11 +251,93 @@ class Engine:
         t2 = time.perf_counter()
         self.cache.commit(verdict.num_accepted + 1)  # last token + accepted drafts stay
         if self.drafter is not None:
-            self.drafter.commit(verdict.num_accepted, self._verify_hidden)
+            self.drafter.commit(
+                verdict.num_accepted, self._verify_hidden, mx.array(verdict.tokens.astype(np.int32))
+            )
         t3 = time.perf_counter()
-        self._emit(proposal, verdict, stats)
+        self._emit(self.rows, proposal.counts, verdict, stats)
         stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
         return proposal, verdict
+
+    # -- pipelined rounds (see the module docstring) --------------------------------------------
+    def _pipelined(self) -> bool:
+        if not self._pipeline_ok:
+            return False
+        rows = self.rows + list(self._prefill.rows if self._prefill else [])
+        return all(r.params.is_greedy and not r.params.penalised for r in rows)
+
+    def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
+        """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
+        t0 = time.perf_counter()
+        launched = self._launch() if self.rows else None
+        events: list[RequestOutput] = []
+        flight, self._flight = self._flight, launched
+        if flight is not None:
+            events += self._collect(flight, stats)
+            events += [e for r in self.rows if (e := r.take_event()) is not None]
+            events += self._drop_finished()  # finished in N: their N+1 slots are discarded
+        t1 = time.perf_counter()
+        if self.rows or self.waiting:
+            self._admit(stats)  # joiners prefill now and join round N+2
+        if flight is not None and self.depth_policy is not None:
+            counts, accepted = flight.counts, stats.accepted_per_row
+            self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), t1 - t0)
+        return events
+
+    def _launch(self) -> _Flight:
+        """Build the next round from device state and start it; reads nothing back."""
+        prev = self._flight
+        rows = list(self.rows)
+        proposal = self._draft(None, in_flight=prev.width if prev else 0)
+        last = self._last_tokens(prev)
+        window = self._window(last, proposal)  # [B, K+1]
+        logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)
+        num_accepted, tokens = greedy_outcome(logits, proposal)
+        want_logprobs = any(r.params.logprobs for r in rows)
+        logprobs = token_logprobs(logits, tokens) if want_logprobs else None
+        self.cache.commit_lazy(num_accepted + 1, window.shape[1])
+        if self.drafter is not None:
+            self.drafter.commit(num_accepted, self._verify_hidden, tokens)
+        new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
+        flight = _Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
+                         window.shape[1])  # fmt: skip
+        mx.async_eval(num_accepted, tokens, new_last, *([logprobs] if want_logprobs else []))
+        return flight
+
+    def _last_tokens(self, prev: _Flight | None) -> mx.array:
+        """[B] each row's newest token: from the round in flight, or the host's history."""
+        host = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
+        if prev is None:
+            return host
+        at = {id(r): j for j, r in enumerate(prev.rows)}
+        idx = np.array([at.get(id(r), -1) for r in self.rows], dtype=np.int32)
+        if (idx < 0).all():
+            return host
+        from_flight = prev.last[mx.array(np.maximum(idx, 0))]
+        return mx.where(mx.array(idx >= 0), from_flight, host)
+
+    def _collect(self, flight: _Flight, stats: RoundStats) -> list[RequestOutput]:
+        """Read a launched round back (waits for it) and emit its tokens."""
+        t0 = time.perf_counter()
+        lp = flight.logprobs
+        mx.eval(flight.num_accepted, flight.tokens, *([lp] if lp is not None else []))
+        verdict = Verdict(
+            num_accepted=np.array(flight.num_accepted, dtype=np.int64),
+            tokens=np.array(flight.tokens, dtype=np.int64),
+            logprobs=None if lp is None else np.array(lp, dtype=np.float64),
+        )
+        stats.time_verify_s = time.perf_counter() - t0  # the device time the host waited for
+        self._emit(flight.rows, flight.counts, verdict, stats)
+        # Tighten the host's length bounds: a live row's cache holds its history but the last
+        # token, plus at most one window of the round now in flight.
+        inflight = self._flight.width if self._flight is not None else 0
+        live = np.array([not r.is_finished for r in self.rows], dtype=bool)
+        exact = np.array([len(r.history) - 1 for r in self.rows], dtype=np.int64)
+        self.cache.tighten(exact + inflight, live)
+        tighten = getattr(self.drafter, "tighten", None)
+        if tighten is not None:
+            tighten(exact, live)
+        return []
 
     def _sampling(self) -> RoundSampling | None:
         return RoundSampling.for_rows(
@@ -229,8 +348,8 @@ class Engine:
             self.vocab_size,
         )
 
-    def _draft(self, sampling: RoundSampling | None = None) -> Proposal:
-        depths = self._draft_depths()
+    def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
+        depths = self._draft_depths(in_flight)
         if self.drafter is None or depths.max(initial=0) == 0:
             return empty_proposal(len(self.rows))
         request = DraftRequest(histories=[r.history for r in self.rows], depths=depths)
@@ -239,31 +358,45 @@ class Engine:
         return self.drafter.propose(request)
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
-        windows = [
-            [r.history[-1], *proposal.tokens[i, : proposal.counts[i]].tolist()]
-            for i, r in enumerate(self.rows)
-        ]
-        tokens, valid = pad_windows(windows, width=proposal.tokens.shape[1] + 1)
-        self._verify_hidden = None
-        if self._needs_hidden:
-            # [B, K+1, H] hidden states (pre- or post-final-norm, as the MTP head reads them):
-            # the head drafts the next round from them.
-            self._verify_hidden, logits = forward_window_hidden(
-                self.model, self.cache, tokens, valid, self._post_norm
-            )
-        else:
-            logits = forward_window(self.model, self.cache, tokens, valid)  # [B, K+1, V]
+        last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
+        window = self._window(last, proposal)  # [B, K+1]
+        # Padding after a row's drafts is causally invisible to them, and never committed.
+        valid = np.asarray(proposal.counts, dtype=np.int64) + 1
+        logits = self._forward(window, valid)  # [B, K+1, V]
         want_logprobs = any(r.params.logprobs for r in self.rows)
         if sampling is not None:
             return sampling.verify(logits, proposal, want_logprobs)
         return verify_greedy(logits, proposal, want_logprobs)
 
-    def _emit(self, proposal: Proposal, verdict: Verdict, stats: RoundStats) -> None:
-        K = proposal.tokens.shape[1]
-        stats.batch_size = len(self.rows)
+    def _window(self, last: mx.array, proposal: Proposal) -> mx.array:
+        """[B, K+1] verify input: each row's newest token, then its drafts (lazy or host)."""
+        if proposal.tokens.shape[1] == 0:
+            return last[:, None]
+        return mx.concatenate([last[:, None], mx.array(proposal.tokens).astype(mx.int32)], axis=1)
+
+    def _forward(self, window: mx.array, valid: np.ndarray) -> mx.array:
+        """Target forward over the window: logits [B, K+1, V]; keeps the MTP head's hidden."""
+        self._verify_hidden = None
+        if not self._needs_hidden:
+            return forward_window(self.model, self.cache, window, valid)
+        # [B, K+1, H] hidden states (pre- or post-final-norm, as the MTP head reads them): the
+        # head drafts the next round from them.
+        self._verify_hidden, logits = forward_window_hidden(
+            self.model, self.cache, window, valid, self._post_norm
+        )
+        return logits
+
+    def _emit(
+        self, rows: list[Row], counts: np.ndarray, verdict: Verdict, stats: RoundStats
+    ) -> None:
+        K = verdict.tokens.shape[1] - 1
+        stats.batch_size = len(rows)
         stats.accepted_per_pos = [0] * K
-        for i, row in enumerate(self.rows):
-            n_draft, n_acc = int(proposal.counts[i]), int(verdict.num_accepted[i])
+        for i, row in enumerate(rows):
+            n_draft, n_acc = int(counts[i]), int(verdict.num_accepted[i])
+            if row.is_finished:  # left during a pipelined round: its slot is discarded
+                stats.accepted_per_row.append(n_acc)
+                continue
             row.num_draft_tokens += n_draft
             row.num_accepted_tokens += n_acc
             stats.num_drafts += n_draft > 0
@@ -277,12 +410,17 @@ class Engine:
             row.append(verdict.tokens[i, : n_acc + 1].tolist(), lp)
             stats.num_generated_tokens += max(0, row.num_generated - before)
 
-    def _draft_depths(self) -> np.ndarray:
-        """[B] per-row draft depth (workers/depth_policy.py::row_depths)."""
+    def _draft_depths(self, in_flight: int = 0) -> np.ndarray:
+        """[B] per-row draft depth (workers/depth_policy.py::row_depths); `in_flight` tokens
+        a row may already have emitted in a round the host has not read."""
         B = len(self.rows)
         cap = self.depth_policy.choose(B) if self.depth_policy is not None else None
         return row_depths(
-            self.rows, self.config.draft_depth, self.config.max_verify_tokens // max(B, 1), cap
+            self.rows,
+            self.config.draft_depth,
+            self.config.max_verify_tokens // max(B, 1),
+            cap,
+            in_flight,
         )
 
     # -- membership -----------------------------------------------------------------------------

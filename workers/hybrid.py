@@ -50,11 +50,16 @@ class RaggedStateCache:
         self._conv_input, self._kernel, self._state_before = conv_input, kernel, before
         self._states, self._all_states = mx.stack(states, axis=1), all_states
 
-    def on_commit(self, n: np.ndarray) -> None:
-        """Row r keeps the first n[r] tokens of the staged window (n[r] may be 0)."""
+    def on_commit(self, n: np.ndarray | mx.array) -> None:
+        """Row r keeps the first n[r] tokens of the staged window (n[r] may be 0). n may still
+        be on the device (a pipelined round) for windows that kept every position's state."""
         if self._conv_input is None or self._states is None or self._state_before is None:
             return
-        n_mx = mx.array(n.astype(np.int32))
+        if isinstance(n, mx.array):
+            assert self._all_states, "long windows commit with host counts"
+            n_mx = n.astype(mx.int32)
+        else:
+            n_mx = mx.array(n.astype(np.int32))
         # After n tokens the conv history is conv_input[n : n + kernel-1] (n = 0: unchanged).
         idx = (n_mx[:, None] + mx.arange(self._kernel))[..., None]  # [B, kernel-1, 1]
         self.conv = mx.take_along_axis(self._conv_input, idx, axis=1)
@@ -62,7 +67,9 @@ class RaggedStateCache:
             pick = mx.maximum(n_mx - 1, 0)
         else:
             valid = self.owner.window_valid  # type: ignore[attr-defined]
-            assert ((n == 0) | (n == valid)).all(), "long windows commit whole rows only"
+            assert isinstance(n, np.ndarray) and ((n == 0) | (n == valid)).all(), (
+                "long windows commit whole rows only"
+            )
             pick = mx.zeros_like(n_mx)
         after = mx.take_along_axis(self._states, pick[:, None, None, None, None], axis=1)[:, 0]
         self.state = mx.where((n_mx > 0)[:, None, None, None], after, self._state_before)

@@ -85,7 +85,7 @@ class RaggedKVCache:
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.keys, self.values) if a is not None]
 
-    def on_commit(self, n: np.ndarray) -> None:
+    def on_commit(self, n: np.ndarray | mx.array) -> None:
         pass  # kept tokens are already in place; the owner's lengths say where rows end
 
     def take_rows(self, rows: mx.array, max_len: int) -> None:
@@ -134,7 +134,9 @@ class BatchCache:
         from workers.hybrid import RaggedStateCache
 
         self.recurrent = list(recurrent)
-        self.lengths = np.zeros(num_rows, dtype=np.int64)  # [B] committed tokens per row
+        # [B] committed tokens per row: exact on the device (lengths_mx); on the host exact
+        # after host commits, an upper bound after `commit_lazy` (a round still in flight).
+        self.lengths = np.zeros(num_rows, dtype=np.int64)
         self.layers: list = [
             RaggedStateCache(self) if rec else RaggedKVCache(self) for rec in self.recurrent
         ]
@@ -193,7 +195,24 @@ class BatchCache:
         self.lengths = self.lengths + n
         for layer in self.layers:
             layer.on_commit(n)
-        self._refresh()
+        self.lengths_mx = self.lengths_mx + mx.array(n.astype(np.int32))
+
+    def commit_lazy(self, num_new: mx.array, most: int) -> None:
+        """`commit` with counts still on the device ([B] int32, each <= `most`): no host sync.
+
+        The device lengths are exact; the host's become upper bounds (+most per row), which is
+        all the host needs them for (attention span, slot capacity), until `tighten` narrows
+        them again from what the host learns later. Recurrent layers pick each row's state after
+        its own count on the device (verify windows keep every position's state).
+        """
+        self.lengths = self.lengths + most
+        for layer in self.layers:
+            layer.on_commit(num_new)
+        self.lengths_mx = self.lengths_mx + num_new.astype(mx.int32)
+
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
+        """Narrow the host's upper bounds to `bounds` [B] where `rows` [B] bool is set."""
+        self.lengths = np.where(rows, np.minimum(self.lengths, bounds), self.lengths)
 
     def rollback(self, num_drop: Sequence[int] | np.ndarray) -> None:
         """Forget the last num_drop[r] committed tokens of each row (drafter caches)."""
@@ -202,7 +221,7 @@ class BatchCache:
         d = np.asarray(num_drop, dtype=np.int64)
         assert d.shape == self.lengths.shape and (d >= 0).all() and (d <= self.lengths).all()
         self.lengths = self.lengths - d
-        self._refresh()
+        self.lengths_mx = self.lengths_mx - mx.array(d.astype(np.int32))
 
     # -- membership --------------------------------------------------------------------------
     def keep_rows(self, keep: Sequence[int]) -> None:
@@ -222,7 +241,8 @@ class BatchCache:
             for layer in self.layers:
                 layer.owner = self
         self.window_valid = window[keep_idx] if keep_idx else self.lengths.copy()
-        self._refresh()
+        # The device lengths may be ahead of the host's bounds (a round in flight): gather them.
+        self.lengths_mx = self.lengths_mx[rows] if keep_idx else mx.zeros(0, dtype=mx.int32)
 
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
@@ -231,7 +251,7 @@ class BatchCache:
             mine.append_rows(theirs, self.num_rows, other.num_rows)
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
         self.lengths = np.concatenate([self.lengths, other.lengths])
-        self._refresh()
+        self.lengths_mx = mx.concatenate([self.lengths_mx, other.lengths_mx])
 
     def _window_rows(self) -> np.ndarray:
         """window_valid with exactly one entry per row (rows it has not seen: 0)."""

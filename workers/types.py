@@ -115,6 +115,10 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def penalised(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+
 
 @dataclass
 class RequestOutput:

@@ -23,13 +23,23 @@ def verify_greedy(logits: mx.array, proposal: Proposal, want_logprobs: bool = Fa
 
     logits: [B, K+1, V] from one target forward over [last token, draft_1..draft_K].
     """
-    draft = mx.array(proposal.tokens)  # [B, K]
-    counts = mx.array(proposal.counts.astype(np.int32))  # [B]
+    num_accepted, tokens = greedy_outcome(logits, proposal)
+    return make_verdict(logits, num_accepted, tokens, want_logprobs)
+
+
+def greedy_outcome(logits: mx.array, proposal: Proposal) -> tuple[mx.array, mx.array]:
+    """The greedy verdict as lazy device arrays: (num_accepted [B], emitted tokens [B, K+1])."""
+    draft = mx.array(proposal.tokens).astype(mx.int32)  # [B, K] (host or device)
+    counts = mx.array(np.asarray(proposal.counts).astype(np.int32))  # [B]
     target = mx.argmax(logits, axis=-1).astype(mx.int32)  # [B, K+1]
     num_accepted = greedy_accept(draft, counts, target)
-    return make_verdict(
-        logits, num_accepted, emitted_tokens(draft, num_accepted, target), want_logprobs
-    )
+    return num_accepted, emitted_tokens(draft, num_accepted, target)
+
+
+def token_logprobs(logits: mx.array, tokens: mx.array) -> mx.array:
+    """[B, K+1] the target's raw log-softmax at each emitted token (lazy)."""
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return mx.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
 
 
 def make_verdict(
@@ -39,10 +49,7 @@ def make_verdict(
     want_logprobs: bool,
 ) -> Verdict:
     """Evaluate the accept outcome (one sync per round) and add each token's target logprob."""
-    logprobs = None
-    if want_logprobs:
-        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        logprobs = mx.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
+    logprobs = token_logprobs(logits, tokens) if want_logprobs else None
     mx.eval(num_accepted, tokens, *([logprobs] if logprobs is not None else []))
     return Verdict(
         num_accepted=np.array(num_accepted, dtype=np.int64),

@@ -35,7 +35,9 @@ class DraftRequest:
 
 @dataclass
 class Proposal:
-    tokens: np.ndarray  # [B, K] int32, K = max(depths); row r's valid prefix is counts[r]
+    # [B, K] int32, K = max(depths); row r's valid prefix is counts[r]. A device-resident
+    # drafter (MTP head) leaves it a lazy mx.array: the verify consumes it without a host sync.
+    tokens: np.ndarray | mx.array
     counts: np.ndarray  # [B] int, 0 <= counts[r] <= depths[r]
     probs: mx.array | None = None  # [B, K, V] draft distribution q, None = point mass
 
@@ -43,6 +45,9 @@ class Proposal:
 class Drafter(Protocol):
     name: str
     needs_target_hidden: bool
+    # Proposes from device state alone (no host histories, no host sync), so the engine may
+    # build a round before it has read the previous one (workers/engine.py, pipelined rounds).
+    device_resident: bool
 
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
         """Rows appended at the end of the batch (their prompts, last token unverified).
@@ -57,10 +62,18 @@ class Drafter(Protocol):
     def propose(self, request: DraftRequest) -> Proposal:
         """Draft tokens for every row in one batched pass (no per-row loops over models)."""
 
-    def commit(self, num_accepted: np.ndarray, hidden: mx.array | None = None) -> None:
+    def commit(
+        self,
+        num_accepted: np.ndarray | mx.array,
+        hidden: mx.array | None = None,
+        tokens: mx.array | None = None,
+    ) -> None:
         """After verify: row r accepted num_accepted[r] of its drafts (any rows, any counts).
 
         hidden: [B, K+1, H] target hidden states of the verify window (needs_target_hidden).
+        tokens: [B, K+1] the tokens each row committed (first num_accepted[r] + 1 valid).
+        num_accepted is a device array only for drafters with `device_resident` set (their
+        rounds are built before the host reads the last one: workers/engine.py pipelining).
         """
 
 

@@ -21,6 +21,7 @@ from workers.kv_cache import BatchCache
 class ModelDrafter:
     name = "model"
     needs_target_hidden = False
+    device_resident = False  # its tails come from the host's exact histories and lengths
 
     def __init__(self, model: object, prefill_step_size: int = 512):
         self.model = model
@@ -69,7 +70,9 @@ class ModelDrafter:
         q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
         return Proposal(tokens=out, counts=np.minimum(depths, K), probs=q_all)
 
-    def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
+        # Host counts: this drafter is not device_resident, so the engine never pipelines it.
+        assert isinstance(num_accepted, np.ndarray), type(num_accepted)
         if self._fed.shape[0] != self.cache.num_rows:
             return  # no proposal this round (every row had depth 0)
         # Keep the tail and the accepted drafts that were fed; drop the rest.

@@ -32,6 +32,7 @@ from workers.mtp.hidden import embed, final_norm, lm_head
 class MTPDrafter:
     name = "mtp"
     needs_target_hidden = True
+    device_resident = True
 
     def __init__(self, target: object, head: object, prefill_step_size: int = 512):
         if len(head.layers) != 1:  # type: ignore[attr-defined]
@@ -47,10 +48,16 @@ class MTPDrafter:
         # lm_head's input, free) sets this to "post_norm" and the norm is not computed twice.
         self.engine_hidden = "pre_norm"
         self.cache = BatchCache([False])
-        # Verified hidden states not yet paired into the MTP cache, per row: [B, P, H] and the
-        # number of valid pairs per row (0 for a row that has not been verified yet).
+        # Verified pairs not yet run into the MTP cache, per row, all on the device so that a
+        # round can be built before the host has read the last one: hidden [B, P, H], the
+        # committed token after each [B, P], and how many are valid [B] (last verify's
+        # accepted + 1). `ready` [B] (host): the row has been verified at least once; a row
+        # that just joined has no verified hidden for its newest token and drafts nothing.
         self.pending: mx.array | None = None
-        self.num_pending = np.zeros(0, dtype=np.int64)
+        self.pending_tokens: mx.array | None = None
+        self.num_pending: mx.array = mx.zeros(0, dtype=mx.int32)
+        self.num_pending_host: np.ndarray | None = None  # the same counts, when the host has them
+        self.ready = np.zeros(0, dtype=bool)
         self._chained = np.zeros(0, dtype=np.int64)
         self.histories: list[Sequence[int]] = []  # live references to the rows' histories
 
@@ -91,74 +98,114 @@ class MTPDrafter:
                 mx.eval(new.state_arrays())
         self.cache.append(new)
         self.histories.extend(histories)
-        H = int(self.head.args.hidden_size)  # type: ignore[attr-defined]
-        self.pending = _cat_rows(self.pending, mx.zeros((n, 1, H)))
-        self.num_pending = np.concatenate([self.num_pending, np.zeros(n, dtype=np.int64)])
+        self.ready = np.concatenate([self.ready, np.zeros(n, dtype=bool)])
+        if self.pending is not None and self.pending_tokens is not None:  # no pairs for joiners
+            P, H = self.pending.shape[1:]
+            self.pending = mx.concatenate([self.pending, mx.zeros((n, P, H), self.pending.dtype)])
+            self.pending_tokens = mx.concatenate(
+                [self.pending_tokens, mx.zeros((n, P), self.pending_tokens.dtype)]
+            )
+            self.num_pending = mx.concatenate([self.num_pending, mx.zeros(n, dtype=mx.int32)])
+            if self.num_pending_host is not None:
+                self.num_pending_host = np.concatenate(
+                    [self.num_pending_host, np.zeros(n, dtype=np.int64)]
+                )
 
     def keep_rows(self, keep: Sequence[int]) -> None:
         idx = list(keep)
         self.cache.keep_rows(idx)
-        if self.pending is not None:
-            self.pending = self.pending[mx.array(np.asarray(idx, dtype=np.int32))] if idx else None
-        self.num_pending = self.num_pending[idx]
+        self.ready = self.ready[idx]
         self.histories = [self.histories[i] for i in idx]
+        if self.pending is not None and self.pending_tokens is not None:
+            if not idx:
+                self.pending = self.pending_tokens = self.num_pending_host = None
+                return
+            rows = mx.array(np.asarray(idx, dtype=np.int32))
+            self.pending, self.pending_tokens = self.pending[rows], self.pending_tokens[rows]
+            self.num_pending = self.num_pending[rows]
+            if self.num_pending_host is not None:
+                self.num_pending_host = self.num_pending_host[idx]
+
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
+        """The host learnt the target cache's committed lengths after the round whose pairs were
+        absorbed last. After `commit` (chain rolled back) the MTP cache holds one entry per such
+        slot, so those lengths bound ours (BatchCache.tighten)."""
+        self.cache.tighten(bounds, rows)
 
     # -- the round ------------------------------------------------------------------------------
     def propose(self, request: DraftRequest) -> Proposal:
+        """Chain the head K steps for every row, all on the device (no host sync): the
+        proposal's tokens stay a lazy [B, K] array that the verify forward consumes."""
         self.histories = list(request.histories)
-        depths = np.where(self.num_pending > 0, np.asarray(request.depths, dtype=np.int64), 0)
+        depths = np.where(self.ready, np.asarray(request.depths, dtype=np.int64), 0)
         B, K = len(depths), int(depths.max(initial=0))
         first = self._absorb()
         if K == 0 or first is None:
             return empty_proposal(B)
-        chain, normed, valid = first
+        chain, normed, last = first  # last: [B] index of each row's last valid pair
         drafted, probs = [], []
+        ones = np.ones(B, dtype=np.int64)
         for step in range(K):
-            last = mx.array((valid - 1).astype(np.int32))[:, None, None]  # [B, 1, 1]
-            logits = lm_head(self.target, mx.take_along_axis(normed, last, axis=1))[:, 0]
+            idx = last[:, None, None]  # [B, 1, 1]
+            logits = lm_head(self.target, mx.take_along_axis(normed, idx, axis=1))[:, 0]
             chosen, q = request.select(logits, step)  # [B], [B, V] | None
             drafted.append(chosen)
             probs.append(q)
             if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chained = mx.take_along_axis(chain, last, axis=1)  # [B, 1, H]
-                valid = np.ones(B, dtype=np.int64)
-                chain, normed = self._step(self.cache, chained, chosen[:, None], valid)
-                self.cache.commit(valid)  # chained entries are dropped again at commit
-        mx.eval(drafted, *self.cache.state_arrays())
+                chained = mx.take_along_axis(chain, idx, axis=1)  # [B, 1, H]
+                last = mx.zeros((B,), dtype=mx.int32)
+                chain, normed = self._step(self.cache, chained, chosen[:, None], ones)
+                self.cache.commit(ones)  # chained entries are dropped again at commit
         self._chained = np.full(B, K - 1, dtype=np.int64)
-        out = np.array(mx.stack(drafted, axis=1), dtype=np.int32)  # [B, K]
         q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
-        return Proposal(tokens=out, counts=depths, probs=q_all)
+        return Proposal(tokens=mx.stack(drafted, axis=1), counts=depths, probs=q_all)
 
-    def commit(self, num_accepted: np.ndarray, hidden: mx.array | None = None) -> None:
-        if self._chained.shape[0] == self.cache.num_rows:
+    def commit(
+        self,
+        num_accepted: np.ndarray | mx.array,
+        hidden: mx.array | None = None,
+        tokens: mx.array | None = None,
+    ) -> None:
+        """num_accepted [B] (host or device), hidden [B, K+1, H] of the verify window and the
+        tokens [B, K+1] each row committed (its first num_accepted + 1 are valid)."""
+        if self._chained.shape[0] == self.cache.num_rows and self._chained.any():
             self.cache.rollback(self._chained)
         self._chained = np.zeros(0, dtype=np.int64)
-        self._absorb()  # pairs left over when this round drafted nothing
+        self.absorb_pending()  # pairs left over when this round drafted nothing
         if hidden is None:
             return
+        if tokens is None:
+            raise ValueError("MTPDrafter.commit needs the committed tokens with the hidden")
         # Window position i's hidden pairs with the committed token after it: i = 0 .. a_r.
         self.pending = self._head_hidden(hidden)
-        self.num_pending = np.asarray(num_accepted, dtype=np.int64) + 1
+        self.pending_tokens = mx.array(tokens) if isinstance(tokens, np.ndarray) else tokens
+        if isinstance(num_accepted, mx.array):
+            self.num_pending, self.num_pending_host = num_accepted.astype(mx.int32) + 1, None
+        else:
+            self.num_pending_host = np.asarray(num_accepted, dtype=np.int64) + 1
+            self.num_pending = mx.array(self.num_pending_host.astype(np.int32))
+        self.ready = np.ones(self.cache.num_rows, dtype=bool)
 
-    def _absorb(self) -> tuple[mx.array, mx.array, np.ndarray] | None:
-        """Run the pending verified pairs into the cache; outputs at each row's last pair.
+    def absorb_pending(self) -> None:
+        self._absorb()  # outputs unused: the engine drafted nothing this round
 
-        The pairs' tokens are the last num_pending[r] committed tokens of row r (the accepted
-        drafts and the bonus token), so this must run before the round appends new tokens.
-        """
-        if self.pending is None or not self.num_pending.any():
+    def _absorb(self) -> tuple[mx.array, mx.array, mx.array] | None:
+        """Run the pending verified pairs into the cache; outputs at each row's last pair:
+        (chain [B, P, H], normed [B, P, H], index of the last valid pair [B])."""
+        if self.pending is None or self.pending_tokens is None:
             return None
-        firsts = [list(h[len(h) - int(p) :]) for h, p in zip(self.histories, self.num_pending)]
-        tokens, valid = pad_windows(firsts)
-        has_pairs = valid > 0
-        valid = np.maximum(valid, 1)  # rows without pairs compute one padding slot, kept out
+        P = self.pending_tokens.shape[1]
         chain, normed = self._step(
-            self.cache, _pad_axis1(self.pending, tokens.shape[1]), tokens, valid
+            self.cache, self.pending, self.pending_tokens, np.full(self.cache.num_rows, P)
         )
-        self.cache.commit(np.where(has_pairs, valid, 0))
-        self.num_pending = np.zeros_like(self.num_pending)
-        return chain, normed, valid  # lazy: evaluated with the drafts (one sync per proposal)
+        if self.num_pending_host is not None:
+            self.cache.commit(self.num_pending_host)
+        else:  # counts still on the device: the host keeps an upper bound
+            self.cache.commit_lazy(self.num_pending, P)
+        last = mx.maximum(self.num_pending - 1, 0)
+        self.pending = self.pending_tokens = None
+        self.num_pending_host = None
+        return chain, normed, last  # lazy: evaluated with the verify that consumes the drafts
 
     def _head_hidden(self, hidden: mx.array) -> mx.array:
         """The engine's hidden [B, L, H] as the head reads it (see `engine_hidden`)."""
@@ -184,10 +231,3 @@ def _pad_axis1(x: mx.array, width: int) -> mx.array:
     if x.shape[1] >= width:
         return x[:, :width]
     return mx.pad(x, [(0, 0), (0, width - x.shape[1]), (0, 0)])
-
-
-def _cat_rows(a: mx.array | None, b: mx.array) -> mx.array:
-    if a is None:
-        return b
-    width = max(a.shape[1], b.shape[1])
-    return mx.concatenate([_pad_axis1(a, width), _pad_axis1(b, width)])

@@ -23,6 +23,7 @@ class NgramDrafter:
     min_ngram: int = 1
     name: str = "ngram"
     needs_target_hidden: bool = False
+    device_resident: bool = False  # looks up the host's histories
 
     def __post_init__(self) -> None:
         if not (1 <= self.min_ngram <= self.max_ngram):
@@ -37,7 +38,7 @@ class NgramDrafter:
     def keep_rows(self, keep: Sequence[int]) -> None:
         pass
 
-    def commit(self, num_accepted: np.ndarray, hidden: object = None) -> None:
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
         pass
 
     def propose(self, request: DraftRequest) -> Proposal:

@@ -73,7 +73,7 @@ class RoundSampling:
         vocab_size: int,
     ) -> RoundSampling | None:
         """None when every row is plain greedy (the engine's exact-match path is then exact)."""
-        if all(p.is_greedy and not _penalised(p) for p in params):
+        if all(p.is_greedy and not p.penalised for p in params):
             return None  # checked before building arrays: the greedy path stays free
         bs = BatchSampling.from_params(params, seeds)
         seen = generated = None
@@ -157,10 +157,6 @@ class RoundSampling:
         if slot is not None:
             seen, gen = seen[:, slot:], gen[:, slot:]
         return apply_penalties(x, seen, gen, self.bs)
-
-
-def _penalised(p: SamplingParams) -> bool:
-    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0
 
 
 def _fit_vocab(x: mx.array, V: int, fill: float = -float("inf")) -> mx.array:
