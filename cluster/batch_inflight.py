@@ -110,43 +110,46 @@ def chunk_size(in_flight: int, maximum: int = 512) -> int:
 def chunked_client_backend(
     client: Any, request_id: Callable[[ParsedBody, str], str], retries: int = 8
 ) -> Callable[[Sequence[tuple[ParsedBody, str]]], list[GenerationResult | Exception]]:
-    """Batch-job backend sending one SubmitBatch per chunk through the Python client. Items the
-    gateway refuses with RESOURCE_EXHAUSTED (queue full) or UNAVAILABLE are sent again, with
-    backoff; INVALID_ARGUMENT becomes a BodyError (a 400 for that line)."""
-    from cluster.client import InvalidRequestError, QueueFullError, Unavailable
+    """Batch-job backend sending a chunk as one SubmitBatch through the Python client (each
+    item with its own params, priority and request id). Items refused with RESOURCE_EXHAUSTED
+    (queue full) or UNAVAILABLE are sent again with backoff; INVALID_ARGUMENT becomes a
+    BodyError (a 400 for that line)."""
+    from cluster.client import InvalidRequestError, QueueFullError, Unavailable, make_input
 
     def call_many(items: Sequence[tuple[ParsedBody, str]]) -> list[GenerationResult | Exception]:
         out: list[GenerationResult | Exception | None] = [None] * len(items)
         todo = list(range(len(items)))
         for attempt in range(retries + 1):
-            groups: dict[tuple[Any, ...], list[int]] = {}
-            for i in todo:  # one SubmitBatch per (priority, params): the wire carries them once
-                parsed = items[i][0]
-                groups.setdefault((parsed.priority, repr(parsed.params)), []).append(i)
-            again: list[int] = []
-            for idx in groups.values():
-                first = items[idx[0]][0]
-                prompts = [_prompt(items[i][0]) for i in idx]
-                ids = [request_id(items[i][0], items[i][1]) for i in idx]
+            inputs, sent = [], []
+            for i in todo:
+                parsed, cid = items[i]
                 try:
-                    res = client.generate_batch(
-                        prompts,
-                        request_ids=ids,
-                        return_exceptions=True,
-                        params=first.params,
-                        priority=first.priority,
+                    inputs.append(
+                        make_input(
+                            _prompt(parsed),
+                            params=parsed.params,
+                            priority=parsed.priority,
+                            request_id=request_id(parsed, cid),
+                        )
                     )
-                except (QueueFullError, Unavailable) as e:
-                    res = [e] * len(idx)
-                for i, r in zip(idx, res):
-                    if isinstance(r, (QueueFullError, Unavailable)) and attempt < retries:
-                        again.append(i)
-                    elif isinstance(r, InvalidRequestError):
-                        out[i] = BodyError(r.message)
-                    elif isinstance(r, Exception):
-                        out[i] = r
-                    else:
-                        out[i] = _generation(r)
+                    sent.append(i)
+                except (TypeError, ValueError) as e:  # this line's body, not the chunk
+                    out[i] = BodyError(str(e))
+            try:
+                res = client.generate_batch(inputs, return_exceptions=True) if inputs else []
+            except (QueueFullError, Unavailable) as e:
+                res = [e] * len(sent)
+            todo = sent
+            again: list[int] = []
+            for i, r in zip(todo, res):
+                if isinstance(r, (QueueFullError, Unavailable)) and attempt < retries:
+                    again.append(i)
+                elif isinstance(r, InvalidRequestError):
+                    out[i] = BodyError(r.message)
+                elif isinstance(r, Exception):
+                    out[i] = r
+                else:
+                    out[i] = _generation(r)
             if not again:
                 break
             todo = again

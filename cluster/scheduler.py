@@ -253,7 +253,8 @@ class Scheduler:
                 await asyncio.sleep(0.01)
                 continue
             if self._wake.is_set():
-                continue  # something arrived during the tick: go again at once
+                await asyncio.sleep(0)  # something arrived during the tick: go again soon
+                continue
             wake = self._armed_at = self._next_wakeup(now)
             timer = None
             if wake is not None:

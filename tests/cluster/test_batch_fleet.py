@@ -32,7 +32,7 @@ from tests.cluster.tiny_tokenizer import write_tiny_tokenizer
 from workers.types import EngineInfo, RequestOutput
 
 pytestmark = pytest.mark.timeout(120)
-WORKERS, SLOTS, HOLD_S = 8, 16, 0.05
+WORKERS, SLOTS, HOLD_S = 8, 16, 0.1
 
 
 def test_in_flight_follows_the_fleet() -> None:
@@ -131,7 +131,7 @@ def test_default_in_flight_keeps_every_slot_of_8_workers_busy(
             await asyncio.sleep(0.005)
 
     gw = call(up())
-    n = 1200
+    n = 2400
     inp = tmp_path / "in.jsonl"
     with open(inp, "w") as f:
         for i in range(n):
@@ -153,8 +153,36 @@ def test_default_in_flight_keeps_every_slot_of_8_workers_busy(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
     assert summary.num_succeeded == n and summary.num_failed == 0
-    # 128 slots, each request held 50 ms: a full fleet serves 2,560 requests/s. Between the
+    # 128 slots, each request held 100 ms: a full fleet serves 1,280 requests/s. Between the
     # ramp-up and the tail, every slot is busy (the old fixed 64 in flight capped this at 50%).
     middle = busy[len(busy) // 5 : -len(busy) // 5]
     assert sum(middle) / len(middle) >= 0.85, (sum(middle) / len(middle), elapsed)
     assert "slots, 8 workers)" in capsys.readouterr().err
+
+
+def test_chunk_is_one_submit_batch_with_per_item_params_and_retries_queue_full() -> None:
+    from cluster.batch_inflight import batch_request_id, chunked_client_backend
+    from cluster.client import CompletionResult, QueueFullError
+    from cluster.openai_format import parse_body
+
+    calls: list[list] = []
+
+    class FakeClient:
+        def generate_batch(self, inputs, return_exceptions=False):  # type: ignore[no-untyped-def]
+            calls.append(inputs)
+            out = []
+            for inp in inputs:
+                if inp.params.max_tokens == 2 and len(calls) == 1:  # queue full the first time
+                    out.append(QueueFullError("RESOURCE_EXHAUSTED", "waiting queue is full"))
+                else:
+                    n = inp.params.max_tokens
+                    out.append(CompletionResult(inp.request_id, "x" * n, [1] * n, "length"))
+            return out
+
+    bodies = [{"prompt": f"p{i}", "max_tokens": 1 + i % 3, "temperature": 0} for i in range(6)]
+    items = [(parse_body(b, "/v1/completions"), f"c{i}") for i, b in enumerate(bodies)]
+    res = chunked_client_backend(FakeClient(), batch_request_id, retries=2)(items)
+    assert [len(c) for c in calls] == [6, 2]  # one call for the chunk, one for the 2 refused
+    assert [r.num_generated_tokens for r in res] == [1, 2, 3, 1, 2, 3]  # type: ignore[union-attr]
+    assert calls[0][0].request_id == batch_request_id(items[0][0], "c0")
+    assert {i.params.max_tokens for i in calls[0]} == {1, 2, 3}  # each item keeps its params
