@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cluster.policy_types import Batch, PendingRequest, WorkerCapacity
 
 
-@dataclass
+@dataclass(slots=True)
 class _Worker:
     worker_id: str
     free_slots: int

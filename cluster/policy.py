@@ -59,7 +59,7 @@ _SLACK_S = 1e-6
 Urgency = tuple[int, float, float, int, str]  # (-priority, deadline or inf, arrival, seq, id)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     request: PendingRequest
     bucket: int
@@ -68,7 +68,7 @@ class _Entry:
     due: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
     heap: list[Urgency] = field(default_factory=list)  # lazily deleted
     count: int = 0

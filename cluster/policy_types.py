@@ -36,7 +36,7 @@ class PolicyConfig:
             raise ValueError(f"PolicyConfig.min_bucket={self.min_bucket!r}: use >= 1")
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingRequest:
     request_id: str
     num_prompt_tokens: int
@@ -51,7 +51,7 @@ class PendingRequest:
         return self.num_prompt_tokens + self.max_tokens
 
 
-@dataclass
+@dataclass(slots=True)
 class WorkerCapacity:
     """What one worker can take now (reported info minus what is already in flight)."""
 
@@ -66,7 +66,7 @@ class WorkerCapacity:
         return self.num_inflight / max(self.max_slots, 1)
 
 
-@dataclass
+@dataclass(slots=True)
 class Batch:
     worker_id: str
     bucket: int

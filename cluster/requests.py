@@ -39,7 +39,7 @@ class GenerateInput:
     timeout_s: float | None = None  # relative deadline for the whole request
 
 
-@dataclass
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -49,7 +49,7 @@ class Usage:
     queue_time_s: float = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Delta:
     """What a subscriber receives: new text and tokens; the last one has finished=True."""
 
@@ -81,7 +81,7 @@ class FinalWaiter:
             self.future.set_result(item)
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestState:
     request_id: str
     prompt: list[int]  # [num_prompt_tokens]

@@ -183,6 +183,6 @@ def test_chunk_is_one_submit_batch_with_per_item_params_and_retries_queue_full()
     items = [(parse_body(b, "/v1/completions"), f"c{i}") for i, b in enumerate(bodies)]
     res = chunked_client_backend(FakeClient(), batch_request_id, retries=2)(items)
     assert [len(c) for c in calls] == [6, 2]  # one call for the chunk, one for the 2 refused
-    assert [r.num_generated_tokens for r in res] == [1, 2, 3, 1, 2, 3]  # type: ignore[union-attr]
+    assert [len(r.tokens) for r in res] == [1, 2, 3, 1, 2, 3]  # type: ignore[union-attr]
     assert calls[0][0].request_id == batch_request_id(items[0][0], "c0")
     assert {i.params.max_tokens for i in calls[0]} == {1, 2, 3}  # each item keeps its params
