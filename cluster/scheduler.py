@@ -305,6 +305,13 @@ class Scheduler:
             if state is not None:
                 self._finish(state, "abort", rq.DEADLINE_EXCEEDED, "deadline passed")
 
+    def _push_running_deadline(self, deadline: float, wire_id: str) -> None:
+        heap = self._running_deadlines
+        heapq.heappush(heap, (deadline, wire_id))
+        if len(heap) > 2 * len(self._wire) + 64:  # mostly finished attempts: drop them
+            self._running_deadlines = [e for e in heap if self._running(e[1]) is not None]
+            heapq.heapify(self._running_deadlines)
+
     def _index(self, slot: WorkerSlot) -> None:
         """Tell the fleet index what this worker can take now (or that it takes nothing)."""
         cap = slot.capacity()
@@ -329,7 +336,7 @@ class Scheduler:
             slot.inflight[state.wire_id] = state.request_id
             slot.kv_inflight += p.kv_tokens
             if state.deadline is not None:
-                heapq.heappush(self._running_deadlines, (state.deadline, state.wire_id))
+                self._push_running_deadline(state.deadline, state.wire_id)
             params = state.params
             if state.tokens:
                 # The committed output travels as prompt; the worker still counts it as output.

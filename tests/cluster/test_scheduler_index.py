@@ -166,3 +166,32 @@ def test_dispatch_pass_that_keeps_raising_fails_fast() -> None:
         await s.stop()
 
     asyncio.run(main())
+
+
+def test_timer_heaps_stay_bounded_by_what_is_live() -> None:
+    """Finished requests with far deadlines leave no lasting trace in the timer heaps."""
+
+    async def main() -> None:
+        s = sched()
+        link = Link("w")
+        s.add_worker(link)
+        s.start()
+        s.worker_connected("w", status("w", 8))
+        for i in range(2000):
+            # Later requests have earlier deadlines: finished ones never reach a heap's top.
+            timeout = 3600.0 - i
+            s.submit(GenerateInput(prompt=[1, 2], params=P, request_id=f"r{i}", timeout_s=timeout))
+            if i % 8 == 7:
+                await asyncio.sleep(0)
+                done = [
+                    RequestOutput(x.request_id, [1, 2, 3, 4], True, "length") for x in link.sent
+                ]
+                link.sent.clear()
+                s.worker_events("w", done)  # type: ignore[arg-type]
+        assert len(s.finished) == 2000 - len(s.live)
+        assert len(s._running_deadlines) <= 2 * len(s._wire) + 64
+        assert len(s.policy._deadlines) <= 2 * len(s.policy) + 64
+        assert len(s.policy._timers) <= 6 * len(s.policy) + 64
+        await s.stop()
+
+    asyncio.run(main())
