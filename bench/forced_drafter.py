@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import mlx.core as mx
 import numpy as np
 
 from workers.drafters.base import DraftRequest, Proposal
@@ -44,9 +45,7 @@ class ForcedDrafter:
     def keep_rows(self, keep: Sequence[int]) -> None:
         self._rows = [self._rows[i] for i in keep]
 
-    def commit(
-        self, num_accepted: object, hidden: object = None, tokens: object = None
-    ) -> None:
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
         pass  # the position in the reference follows from the history's length
 
     def propose(self, request: DraftRequest) -> Proposal:
@@ -65,3 +64,45 @@ class ForcedDrafter:
     def _corrupt(self, prompt: tuple[int, ...], pos: int) -> bool:
         n = self.corrupt_every
         return n is not None and (sum(prompt) + 7 * pos) % n == 0
+
+
+class DeviceForcedDrafter(ForcedDrafter):
+    """Forced acceptance with no host work at all: the references live on the device and each
+    row's position advances by its device-side accept count, so the engine pipelines rounds
+    with it as with an MTP head (the zero-cost, always-right drafter of the efficiency bench).
+    """
+
+    device_resident = True
+
+    def __init__(self, refs: Mapping[tuple[int, ...], Sequence[int]], vocab: int) -> None:
+        super().__init__(refs, vocab)
+        self._table = mx.zeros((0, 1), dtype=mx.int32)  # [B, T] each row's continuation
+        self._pos = mx.zeros(0, dtype=mx.int32)  # [B] tokens of it already committed
+
+    def add_rows(self, histories: Sequence[Sequence[int]], hidden: object = None) -> None:
+        start = len(self._rows)
+        super().add_rows(histories, hidden)
+        new = [self.refs[p] for p in self._rows[start:]]
+        width = max([self._table.shape[1], *(len(c) + 1 for c in new)])
+        table = np.zeros((len(new), width), dtype=np.int32)
+        for i, c in enumerate(new):
+            table[i, : len(c)] = c
+        old = mx.pad(self._table, [(0, 0), (0, width - self._table.shape[1])])
+        self._table = mx.concatenate([old, mx.array(table)])
+        pos = [len(h) - len(p) for h, p in zip(histories, self._rows[start:], strict=True)]
+        self._pos = mx.concatenate([self._pos, mx.array(np.asarray(pos, dtype=np.int32))])
+
+    def keep_rows(self, keep: Sequence[int]) -> None:
+        super().keep_rows(keep)
+        rows = mx.array(np.asarray(list(keep), dtype=np.int32))
+        self._table, self._pos = self._table[rows], self._pos[rows]
+
+    def propose(self, request: DraftRequest) -> Proposal:
+        depths = np.asarray(request.depths, dtype=np.int64)
+        K = int(depths.max(initial=0))
+        idx = mx.minimum(self._pos[:, None] + mx.arange(K)[None], self._table.shape[1] - 1)
+        return Proposal(tokens=mx.take_along_axis(self._table, idx, axis=1), counts=depths)
+
+    def commit(self, num_accepted: object, hidden: object = None, tokens: object = None) -> None:
+        n = num_accepted if isinstance(num_accepted, mx.array) else mx.array(num_accepted)
+        self._pos = self._pos + n.astype(mx.int32) + 1

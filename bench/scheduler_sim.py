@@ -37,7 +37,7 @@ from cluster.policy import PolicyConfig  # noqa: E402
 from cluster.requests import Delta, GenerateInput, RequestState  # noqa: E402
 from cluster.scheduler import Scheduler, SchedulerConfig  # noqa: E402
 from cluster.worker_codec import WorkerStatus, WorkerSubmit  # noqa: E402
-from workers.types import EngineInfo, RequestOutput, SamplingParams  # noqa: E402
+from contract.types import EngineInfo, RequestOutput, SamplingParams  # noqa: E402
 
 SLOTS = 32
 PROMPT = list(range(1, 17))  # 16 tokens
@@ -188,7 +188,7 @@ async def client_main(address: str, n: int, concurrency: int, tag: str, chunk: i
     calls (chunk 0) or SubmitBatch calls of `chunk` requests (what `specfleet batch` sends)."""
     import grpc
 
-    from cluster.gateway_codec import request_to_pb
+    from protos.gateway_codec import request_to_pb
     from protos.specfleet.v1 import gateway_pb2 as pb
     from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
 

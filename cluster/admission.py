@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from cluster.policy import PendingRequest
 from cluster.requests import INVALID_ARGUMENT, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
-from workers.types import EngineInfo
+from contract.types import EngineInfo
 
 MAX_PROMPT_CHARS = 4 * 1024 * 1024
 MAX_PROMPT_TOKENS = 1 << 20

@@ -11,6 +11,10 @@ that are not valid requests (with their line number) and failed requests.
 Resume: results are appended to `OUTPUT.partial` and flushed one line at a time. A re-run
 rebuilds the done-set from the custom_ids already there, cuts a torn last line, serves only the
 rest, and renames the partial files over the final names at the end (atomic `os.replace`).
+Failed requests are served again on a re-run (their old entries are dropped first, so OUTPUT
+still holds each custom_id once) unless `retry_failed=False` keeps them.
+
+Error-file entries carry the input file's line number (`line`, counted from 1).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class BatchJobConfig:
     concurrency: int = 32
     progress: bool = True
     model: str = "specfleet"
+    retry_failed: bool = True  # a re-run serves again the requests that failed before
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -131,11 +136,15 @@ class BatchSummary:
         return "\n".join(lines)
 
 
-def recover_partial(path: Path, key: str) -> set[Any]:
-    """Keys of the complete lines in a partial file; cuts a torn or unparsable tail in place."""
+def recover_partial(
+    path: Path, key: str, drop: Callable[[dict[str, Any]], bool] | None = None
+) -> set[Any]:
+    """Keys of the complete lines in a partial file; cuts a torn or unparsable tail in place,
+    and removes the entries `drop` selects (rewritten atomically)."""
     if not path.exists():
         return set()
     done: set[Any] = set()
+    kept: list[bytes] = []
     good_end = 0
     with open(path, "rb") as f:
         data = f.read()
@@ -146,14 +155,26 @@ def recover_partial(path: Path, key: str) -> set[Any]:
             break  # torn last line: no newline made it to disk
         try:
             entry = json.loads(data[pos:nl])
-            done.add(entry[key])
-        except (ValueError, KeyError, TypeError):
+            value = entry[key]
+        except (ValueError, KeyError, TypeError, RecursionError):
             break  # a damaged line can only be the last one written; drop it and the rest
+        if drop is None or not drop(entry):
+            done.add(value)
+            kept.append(data[pos : nl + 1])
         pos = good_end = nl + 1
-    if good_end < len(data):
+    if len(kept) < len(done) or sum(map(len, kept)) < good_end:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(b"".join(kept))
+        os.replace(tmp, path)
+    elif good_end < len(data):
         with open(path, "r+b") as f:
             f.truncate(good_end)
     return done
+
+
+def _failed(entry: dict[str, Any]) -> bool:
+    response = entry.get("response")
+    return not isinstance(response, dict) or response.get("status_code") != 200
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -163,9 +184,11 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def _read_requests(
     path: Path,
-) -> tuple[list[tuple[str, str | None, Any]], list[dict[str, Any]]]:
-    """Valid (custom_id, url, body) triples and error entries for the lines that are not."""
+) -> tuple[list[tuple[str, str | None, Any]], list[dict[str, Any]], dict[str, int]]:
+    """Valid (custom_id, url, body) triples, error entries for the lines that are not, and the
+    line number of each custom_id."""
     requests: list[tuple[str, str | None, Any]] = []
+    line_of: dict[str, int] = {}
     errors: list[dict[str, Any]] = []
     seen: set[str] = set()
     for n, raw in _lines(path):
@@ -183,16 +206,31 @@ def _read_requests(
         except ValueError as e:
             bad(f"not valid JSON ({e}); each line must be one JSON object")
             continue
+        except RecursionError:
+            bad("JSON nested too deeply to read; each line must be one flat request object")
+            continue
         cid = obj.get("custom_id") if isinstance(obj, dict) else None
         if not isinstance(cid, str) or not cid:
             bad("missing or non-string 'custom_id'; every line needs a unique string custom_id")
+            continue
+        if not _is_unicode(cid):
+            bad(f"custom_id={cid!r} holds a lone surrogate (not Unicode text): fix the id")
             continue
         if cid in seen:
             bad(f"duplicate custom_id {cid!r}: the first line with it is served", cid)
             continue
         seen.add(cid)
+        line_of[cid] = n
         requests.append((cid, obj.get("url"), obj.get("body")))
-    return requests, errors
+    return requests, errors, line_of
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _open_append(path: Path) -> IO[str]:
@@ -200,8 +238,16 @@ def _open_append(path: Path) -> IO[str]:
     return open(path, "a", encoding="utf-8")
 
 
+# Characters that str.splitlines() and other JSON Lines readers take for line breaks; JSON
+# leaves them raw inside strings, and they can occur only inside strings, so escaping is exact.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _write(f: IO[str], entry: dict[str, Any]) -> None:
-    f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    text = json.dumps(entry, ensure_ascii=False).translate(_LINE_BREAKS)
+    if not _is_unicode(text):  # a lone surrogate in a message: escape it rather than crash
+        text = json.dumps(entry, ensure_ascii=True)
+    f.write(text + "\n")
     f.flush()  # a kill loses at most the line being written; recover_partial cuts it
 
 
@@ -215,16 +261,21 @@ def _partial(final: Path) -> Path:
 def run_batch(config: BatchJobConfig, backend: Backend | ChunkedBackend) -> BatchSummary:
     out_final, err_final = Path(config.output_path), config.errors
     out_partial, err_partial = _partial(out_final), _partial(err_final)
-    done = recover_partial(out_partial, "custom_id")
-    err_done = recover_partial(err_partial, "line")
-    requests, malformed = _read_requests(Path(config.input_path))
+    retry = _failed if config.retry_failed else None
+    done = recover_partial(out_partial, "custom_id", drop=retry)
+    err_done = recover_partial(
+        err_partial,
+        "line",
+        # a failure entry of a request served again this run goes; it is rewritten if it fails
+        drop=lambda e: e.get("custom_id") is not None and e.get("custom_id") not in done,
+    )
+    requests, malformed, line_of = _read_requests(Path(config.input_path))
     summary = BatchSummary(
         num_requests=len(requests),
         num_malformed=len(malformed),
         output_path=str(out_final),
         error_path=str(err_final),
     )
-    line_of = {cid: n for n, (cid, _, _) in enumerate(requests)}  # stable error-file keys
     todo = [r for r in requests if r[0] not in done]
     summary.num_resumed = len(requests) - len(todo)
     start = time.monotonic()
@@ -259,7 +310,7 @@ def run_batch(config: BatchJobConfig, backend: Backend | ChunkedBackend) -> Batc
             entry["response"] = {"status_code": status, "request_id": None, "body": None}
             entry["error"] = error
             _write(out, entry)
-            key = f"request:{line_of[cid]}"
+            key = line_of[cid]
             if key not in err_done:
                 _write(err, {"line": key, "custom_id": cid, "error": error})
             summary.num_failed += 1

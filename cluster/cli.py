@@ -64,6 +64,11 @@ def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--summary-json", help="also write the summary as JSON here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="on a re-run, keep earlier failed results (default: serve them again)",
+    )
+    g.add_argument(
         "--max-retries",
         type=int,
         default=8,
@@ -82,12 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tokenizer", help="tokenizer dir/file (default: the model directory)")
     up.add_argument("--gateway-host", default=None, help="default 127.0.0.1 local, 0.0.0.0 joined")
     up.add_argument("--gateway-port", type=int, default=50050)
+    up.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the OpenAI/Anthropic HTTP API here (0 = any free; default: off)",
+    )
     up.add_argument("--metrics-port", type=int, default=0, help="scheduler metrics (0 = any)")
     up.add_argument("--max-queue", type=int, default=4096)
     up.add_argument("--coalesce-ms", type=float, default=3.0)
     up.add_argument("--prometheus-targets-dir", help="keep file_sd targets here (deploy/README)")
     up.add_argument("--tls-server-cert", help="gateway and worker certificate PEM (enables TLS)")
     up.add_argument("--tls-server-key", help="gateway and worker key PEM")
+    up.add_argument(
+        "--tls-client-ca",
+        help="CA PEM for client certificates: gateway and workers require one (mTLS); the "
+        "scheduler presents --tls-cert/--tls-key to its workers",
+    )
     up.add_argument("--batch", metavar="INPUT", help="run this batch JSONL through, then exit")
     _add_client_args(up)
     _add_batch_args(up, required=False)
@@ -188,6 +203,7 @@ def _batch(
         Path(args.errors) if args.errors else None,
         concurrency=args.concurrency or 64,  # threads of the one-call-per-request path
         progress=not args.no_progress,
+        retry_failed=not args.keep_failed,
     )
     with _client(address, args) as client:
         summary_json = Path(args.summary_json) if args.summary_json else None
@@ -212,19 +228,54 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return _batch(address, args, args.input)
 
 
+def up_tls(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """TLS of `specfleet up`: (TLSFiles for the gateway and the workers or None, the scheduler's
+    LinkConfig TLS fields). The scheduler dials its own TLS workers, so it must trust their CA
+    (--tls-ca) and, under mTLS (--tls-client-ca), present a client certificate (--tls-cert/key).
+    Raises ValueError naming the missing option instead of starting a fleet that cannot connect.
+    """
+    from protos.grpc_auth import TLSFiles
+
+    cert, key = args.tls_server_cert, args.tls_server_key
+    if not (cert or key):
+        if args.tls_client_ca:
+            raise ValueError("--tls-client-ca needs --tls-server-cert and --tls-server-key")
+        return None, {}
+    if not (cert and key):
+        raise ValueError("--tls-server-cert and --tls-server-key must be given together")
+    if not args.tls_ca:
+        raise ValueError(
+            "--tls-server-cert needs --tls-ca: the CA PEM that signed it, which the scheduler "
+            "trusts when it connects to its TLS workers (for a self-signed certificate, pass "
+            "the certificate itself)"
+        )
+    if args.tls_client_ca and not (args.tls_cert and args.tls_key):
+        raise ValueError(
+            "--tls-client-ca (mTLS) needs --tls-cert and --tls-key: the client certificate "
+            "the scheduler presents to its workers"
+        )
+    link = {
+        "tls_ca_file": args.tls_ca,
+        "tls_cert_file": args.tls_cert,
+        "tls_key_file": args.tls_key,
+    }
+    return TLSFiles(cert, key, args.tls_client_ca), link
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     import ray
 
     from cluster.gateway_server import GatewayConfig
+    from cluster.http import HttpConfig
     from cluster.policy import PolicyConfig
     from cluster.ray_actor import ClusterSpec, start_cluster
     from cluster.runtime import RuntimeConfig
     from cluster.scheduler import SchedulerConfig
     from cluster.worker_rpc import LinkConfig
-    from workers.service.grpc_auth import TLSFiles
     from workers.service.grpc_server import WorkerServerConfig
     from workers.service.ray_actor import WORKER_RESOURCE
 
+    tls, link_tls = up_tls(args)  # before Ray starts: a bad combination never half-starts
     local = args.address is None
     n = args.workers if args.workers is not None else (2 if local else None)
     if local:
@@ -239,7 +290,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         ray.init(address=args.address, namespace="specfleet")
     host = args.gateway_host or ("127.0.0.1" if local else "0.0.0.0")
     token = _read_token(args.auth_token_file)
-    tls = TLSFiles(args.tls_server_cert, args.tls_server_key) if args.tls_server_cert else None
     tokenizer = args.tokenizer or args.model or str(DEFAULT_MODEL_DIR)
     engine = EngineSpec.from_args(args)
     spec = ClusterSpec(
@@ -255,7 +305,10 @@ def cmd_up(args: argparse.Namespace) -> int:
                 PolicyConfig(max_queue=args.max_queue, coalesce_window_s=args.coalesce_ms / 1000)
             ),
             gateway=GatewayConfig(host=host, port=args.gateway_port, auth_token=token, tls=tls),
-            link=LinkConfig(auth_token=token, tls_ca_file=args.tls_ca),
+            http=None
+            if args.http_port is None
+            else HttpConfig(host=host, port=args.http_port, auth_token=token, tls=tls),
+            link=LinkConfig(auth_token=token, **link_tls),
             tokenizer_path=tokenizer,
             metrics_host="127.0.0.1" if local else "0.0.0.0",
             metrics_port=args.metrics_port,
@@ -268,6 +321,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = start_cluster(spec)
     a = cluster.addresses
     print(f"gateway:           {a['gateway']}", file=sys.stderr)
+    if a.get("http"):
+        print(f"http (OpenAI/Anthropic): {a['http']}/v1", file=sys.stderr)
     print(f"scheduler metrics: {a['metrics']}", file=sys.stderr)
     for wid, w in a["workers"].items():
         print(f"worker {wid}:  grpc {w['grpc']}  metrics {w['metrics']}", file=sys.stderr)

@@ -17,6 +17,8 @@ the re-run produces the same tokens, and the ones already delivered are skipped.
 from __future__ import annotations
 
 import dataclasses
+import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -25,12 +27,13 @@ from typing import Any
 
 import grpc
 
-from cluster import gateway_codec as codec
-from cluster.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.status import StatusCode
+from contract.types import SamplingParams
+from protos import gateway_codec as codec
+from protos.grpc_auth import auth_metadata, client_credentials
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
-from workers.service.grpc_auth import auth_metadata, client_credentials
-from workers.types import SamplingParams
 
 Prompt = str | Sequence[int] | Sequence[dict[str, str]]
 
@@ -54,11 +57,16 @@ class Unavailable(SpecfleetError):
     pass
 
 
-_ERRORS = {
-    "INVALID_ARGUMENT": InvalidRequestError,
-    "RESOURCE_EXHAUSTED": QueueFullError,
-    "UNAVAILABLE": Unavailable,
+class PlaintextToTLSError(Unavailable):
+    """UNAVAILABLE that retrying cannot fix: the gateway speaks TLS, this client does not."""
+
+
+_ERRORS: dict[str, type[SpecfleetError]] = {
+    StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    StatusCode.RESOURCE_EXHAUSTED: QueueFullError,
+    StatusCode.UNAVAILABLE: Unavailable,
 }
+UNAVAILABLE = StatusCode.UNAVAILABLE
 
 
 def _error(code: str, message: str) -> SpecfleetError:
@@ -122,6 +130,8 @@ class Client:
         self._stub = pb_grpc.GatewayStub(self._channel)
         self._md = auth_metadata(token)
         self.address = address
+        # A plaintext channel: on its first UNAVAILABLE, check whether the gateway speaks TLS.
+        self._speaks_tls: bool | None = False if tls_ca_file else None
 
     @classmethod
     def from_ray(cls, name: str = "specfleet-scheduler", namespace: str = "specfleet", **kw: Any):
@@ -174,9 +184,10 @@ class Client:
                     yield d
                 return
             except grpc.RpcError as e:
-                err = _from_rpc(e)
+                err = self._explain(_from_rpc(e))
                 resumable = got_tokens == 0 or deterministic
-                if err.code != "UNAVAILABLE" or not resumable or time.monotonic() > give_up:
+                retry = err.code == UNAVAILABLE and not isinstance(err, PlaintextToTLSError)
+                if not retry or not resumable or time.monotonic() > give_up:
                     raise err from None
             finally:
                 call.cancel()
@@ -190,11 +201,28 @@ class Client:
             try:
                 return fn()
             except grpc.RpcError as e:
-                err = _from_rpc(e)
-                if err.code != "UNAVAILABLE" or time.monotonic() > give_up:
+                err = self._explain(_from_rpc(e))
+                retry = err.code == UNAVAILABLE and not isinstance(err, PlaintextToTLSError)
+                if not retry or time.monotonic() > give_up:
                     raise err from None
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _explain(self, err: SpecfleetError) -> SpecfleetError:
+        """A plaintext client at a TLS gateway only ever sees UNAVAILABLE "Socket closed": on
+        the first UNAVAILABLE, probe the address for TLS and, if it speaks it, fail now with
+        the fix instead of retrying."""
+        if err.code != UNAVAILABLE or self._speaks_tls is False:
+            return err
+        if self._speaks_tls is None:
+            if not _speaks_tls(self.address):  # down or plaintext: probe again next time
+                return err
+            self._speaks_tls = True
+        return PlaintextToTLSError(
+            UNAVAILABLE,
+            f"{err.message}; the gateway at {self.address} speaks TLS and this client "
+            "connected in plaintext: pass tls_ca_file=<CA PEM> (CLI: --tls-ca)",
+        )
 
     def generate_batch(
         self,
@@ -241,26 +269,44 @@ class Client:
         # Always send an id: it is what makes a retry attach instead of running twice.
         kw.setdefault("request_id", None)
         kw["request_id"] = kw["request_id"] or f"req-{uuid.uuid4().hex}"
-        if isinstance(prompt, GenerateInput):
-            if prompt.request_id is None:
-                prompt = dataclasses.replace(prompt, request_id=kw["request_id"])
-            return codec.request_to_pb(prompt)
         try:
+            if isinstance(prompt, GenerateInput):
+                if prompt.request_id is None:
+                    prompt = dataclasses.replace(prompt, request_id=kw["request_id"])
+                return codec.request_to_pb(prompt)
             inp = make_input(prompt, **kw)
             return codec.request_to_pb(inp)
         except (SchedulerError, ValueError) as e:
-            raise InvalidRequestError("INVALID_ARGUMENT", str(e)) from None
+            raise InvalidRequestError(StatusCode.INVALID_ARGUMENT, str(e)) from None
 
 
 def _result(res: pb.GenerateResult) -> CompletionResult:
+    tokens, logprobs = codec.result_tokens(res)
     return CompletionResult(
         request_id=res.request_id,
         text=res.text,
-        tokens=codec.unpack_tokens(res.token_ids, "token_ids"),
+        tokens=tokens,
         finish_reason=res.finish_reason,
         usage=codec.usage_from_pb(res.usage),
-        logprobs=codec.unpack_floats(res.logprobs),
+        logprobs=logprobs,
     )
+
+
+def _speaks_tls(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether a TLS handshake with `address` ("host:port") gets a TLS answer."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # only asking "is it TLS?"
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host, int(port)), timeout_s) as sock:
+            with ctx.wrap_socket(sock, server_hostname=host or None):
+                return True
+    except ssl.SSLError as e:  # a TLS alert (e.g. "certificate required") is still TLS
+        return "ALERT" in str(e).upper()
+    except (OSError, ValueError):
+        return False
 
 
 def _from_rpc(e: grpc.RpcError) -> SpecfleetError:
@@ -273,6 +319,7 @@ __all__ = [
     "Client",
     "CompletionResult",
     "InvalidRequestError",
+    "PlaintextToTLSError",
     "QueueFullError",
     "SpecfleetError",
     "Unavailable",

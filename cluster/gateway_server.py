@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
-from google.protobuf.unknown_fields import UnknownFieldSet
 
-from cluster import gateway_codec as codec
 from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.scheduler import Scheduler
+from contract.status import StatusCode
+from protos import gateway_codec as codec
+from protos.grpc_auth import BearerTokenInterceptor, TLSFiles
 from protos.health import ServerHealth
 from protos.specfleet.v1 import gateway_pb2 as pb
 from protos.specfleet.v1 import gateway_pb2_grpc as pb_grpc
-from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -45,8 +44,8 @@ class GatewayConfig:
             raise ValueError("GatewayConfig message size limits must be > 0 bytes")
 
 
-def _status(code: str) -> grpc.StatusCode:
-    return getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
+def _status(code: StatusCode | str) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, str(code), grpc.StatusCode.UNKNOWN)
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
@@ -57,6 +56,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     def _admit(self, msg: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> RequestState:
         inp = codec.request_from_pb(msg)
         remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            raise SchedulerError(StatusCode.DEADLINE_EXCEEDED, "the call deadline has passed")
         if remaining is not None and (inp.timeout_s is None or remaining < inp.timeout_s):
             inp = GenerateInput(
                 inp.prompt, inp.messages, inp.params, inp.request_id, inp.priority, remaining
@@ -201,29 +202,11 @@ def _error_item(request_id: str, e: SchedulerError) -> pb.BatchItem:
     return pb.BatchItem(request_id=request_id, error=pb.Error(code=e.code, message=e.message))
 
 
-def _parse(cls: Any, raw: bytes) -> Any:
-    """Strict request parsing: malformed protobuf is INVALID_ARGUMENT (gRPC's own
-    deserializer would answer INTERNAL), and so are fields this schema does not know."""
-    try:
-        msg = cls.FromString(raw)
-    except DecodeError as e:
-        raise SchedulerError(
-            "INVALID_ARGUMENT", f"{cls.__name__}: malformed protobuf: {e}"
-        ) from None
-    unknown = UnknownFieldSet(msg)
-    if len(unknown):
-        nums = sorted({f.field_number for f in unknown})
-        raise SchedulerError(
-            "INVALID_ARGUMENT", f"{cls.__name__}: unknown field number(s) {nums} (schema v1)"
-        )
-    return msg
-
-
 def _handlers(servicer: GatewayServicer) -> grpc.GenericRpcHandler:
     def unary(cls: Any, fn: Any, resp: Any) -> grpc.RpcMethodHandler:
         async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
-                msg = _parse(cls, raw)
+                msg = codec.parse(cls, raw)
             except SchedulerError as e:
                 await context.abort(_status(e.code), e.message)
             return await fn(msg, context)
@@ -232,7 +215,7 @@ def _handlers(servicer: GatewayServicer) -> grpc.GenericRpcHandler:
 
     async def generate(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            msg = _parse(pb.GenerateRequest, raw)
+            msg = codec.parse(pb.GenerateRequest, raw)
         except SchedulerError as e:
             await context.abort(_status(e.code), e.message)
         async for ev in servicer.Generate(msg, context):

@@ -156,7 +156,10 @@ def _fixed_ports(config: RuntimeConfig) -> RuntimeConfig:
     metrics_port = config.metrics_port
     if metrics_port == 0:
         metrics_port = _free_port(config.metrics_host)
-    return dataclasses.replace(config, gateway=gw, metrics_port=metrics_port)
+    http = config.http
+    if http is not None and http.port == 0:
+        http = dataclasses.replace(http, port=_free_port(http.host))
+    return dataclasses.replace(config, gateway=gw, metrics_port=metrics_port, http=http)
 
 
 def gateway_address(name: str = SCHEDULER_NAME, namespace: str = NAMESPACE) -> str:

@@ -1,67 +1,38 @@
-"""Per-request state held by the scheduler, and the plain data it hands to callers."""
+"""Per-request state held by the scheduler. The plain data it takes from and hands to callers
+(GenerateInput, Delta, Usage, SchedulerError) is the shared contract's (contract/requests.py),
+re-exported here under the names the scheduler uses."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from cluster.tokenizer import IncrementalDetokenizer
-from workers.types import SamplingParams
+from contract.requests import Delta, GenerateInput, SchedulerError, Usage
+from contract.status import StatusCode
+from contract.types import SamplingParams
 
-# Error codes carried to callers (gRPC status names; mapped to statuses in the gateway only).
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
-CANCELLED = "CANCELLED"
-UNAVAILABLE = "UNAVAILABLE"
-INTERNAL = "INTERNAL"
+if TYPE_CHECKING:  # the client imports this module and must not need `tokenizers`
+    from cluster.tokenizer import IncrementalDetokenizer
 
+# Status names as the scheduler writes them (one enum: contract/status.py).
+INVALID_ARGUMENT = StatusCode.INVALID_ARGUMENT
+RESOURCE_EXHAUSTED = StatusCode.RESOURCE_EXHAUSTED
+DEADLINE_EXCEEDED = StatusCode.DEADLINE_EXCEEDED
+CANCELLED = StatusCode.CANCELLED
+UNAVAILABLE = StatusCode.UNAVAILABLE
+INTERNAL = StatusCode.INTERNAL
 
-class SchedulerError(Exception):
-    """A request the scheduler refuses or cannot finish; `code` is a gRPC status name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class GenerateInput:
-    """One request as callers submit it: exactly one of prompt / messages."""
-
-    prompt: str | list[int] | None = None
-    messages: list[dict[str, str]] | None = None
-    params: SamplingParams = field(default_factory=SamplingParams)
-    request_id: str | None = None  # idempotency key; generated when None
-    priority: int = 0  # higher runs first
-    timeout_s: float | None = None  # relative deadline for the whole request
-
-
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    requeues: int = 0
-    queue_time_s: float = 0.0
-
-
-@dataclass(slots=True)
-class Delta:
-    """What a subscriber receives: new text and tokens; the last one has finished=True."""
-
-    request_id: str
-    text: str
-    tokens: list[int]  # [num_new_tokens]
-    finished: bool = False
-    finish_reason: str | None = None
-    error_code: str | None = None
-    error: str | None = None
-    usage: Usage | None = None
-    logprobs: list[float] | None = None  # [num_new_tokens] when requested
+__all__ = [
+    "Delta",
+    "FinalWaiter",
+    "GenerateInput",
+    "RequestState",
+    "SchedulerError",
+    "StatusCode",
+    "Subscriber",
+    "Usage",
+]
 
 
 class Subscriber(Protocol):

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.gateway_server import GatewayConfig, GatewayServer
+from cluster.http import HttpConfig, HttpServer
+from cluster.http.app import served_models
 from cluster.metrics import SchedulerMetrics
 from cluster.scheduler import Scheduler, SchedulerConfig
 from cluster.tokenizer import TextTokenizer
@@ -32,6 +34,7 @@ Locate = Callable[[], Awaitable[dict[str, Any]]]
 class RuntimeConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    http: HttpConfig | None = None  # OpenAI/Anthropic HTTP beside the gateway (cluster/http)
     link: LinkConfig = field(default_factory=LinkConfig)
     tokenizer_path: str | None = None
     metrics_host: str = "127.0.0.1"
@@ -50,6 +53,7 @@ class SchedulerRuntime:
         self.metrics_url = ""
         self.sched = Scheduler(config.scheduler, tok, self.metrics)
         self.gateway: GatewayServer | None = None
+        self.http: HttpServer | None = None
         self.links: dict[str, GrpcWorkerLink] = {}
         self.worker_meta: dict[str, dict[str, Any]] = {}
         self.loop = asyncio.new_event_loop()
@@ -73,6 +77,9 @@ class SchedulerRuntime:
         self.gateway = await GatewayServer(
             self.sched, cfg.gateway, lambda: {"metrics_url": self.metrics_url}
         ).start()
+        if cfg.http is not None:
+            names = served_models(self.sched, cfg.http.model_name or cfg.model_name)
+            self.http = await HttpServer(self.sched, cfg.http, names).start()
         self._write_targets()
         return await self.addresses()
 
@@ -111,6 +118,7 @@ class SchedulerRuntime:
         return {
             "gateway": f"{self._public(self.gateway.config.host)}:{self.gateway.port}",
             "metrics": self.metrics_url,
+            "http": self._http_url(),
             "pid": os.getpid(),
             "workers": {
                 wid: {
@@ -123,12 +131,20 @@ class SchedulerRuntime:
             },
         }
 
+    def _http_url(self) -> str:
+        if self.http is None:
+            return ""
+        scheme = "https" if self.http.config.tls else "http"
+        return f"{scheme}://{self._public(self.http.config.host)}:{self.http.port}"
+
     def _public(self, host: str) -> str:
         if host in ("0.0.0.0", "::", "") and self.config.advertise_host:
             return self.config.advertise_host
         return host
 
     async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
         if self.gateway is not None:
             await self.gateway.stop(grace=1.0)
         for link in self.links.values():

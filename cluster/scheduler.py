@@ -44,7 +44,7 @@ from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, Sc
 from cluster.scheduler_types import MAX_ATTEMPTS, SchedulerConfig, WorkerLink, WorkerSlot
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
-from workers.types import RequestOutput
+from contract.types import RequestOutput
 
 log = logging.getLogger(__name__)
 __all__ = ["MAX_ATTEMPTS", "Scheduler", "SchedulerConfig", "WorkerLink", "WorkerSlot"]

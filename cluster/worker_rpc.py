@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
 
 from cluster.scheduler import Scheduler
-from cluster.worker_codec import (
-    WorkerSubmit,
-    WorkerWireError,
-    decode_info,
-    decode_session_event,
-    encode_session_request,
-)
+from contract.status import WorkerState
+from protos.grpc_auth import auth_metadata, client_credentials
 from protos.specfleet.v1 import worker_pb2 as pb
 from protos.specfleet.v1 import worker_pb2_grpc as pb_grpc
-from workers.service.grpc_auth import auth_metadata, client_credentials
+from protos.worker_codec import SubmitRequest, WireError, decode_events, decode_info, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +74,12 @@ class GrpcWorkerLink:
         self._breaking = False
         self._stopping = False
 
-    def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
+    def send(self, submit: list[SubmitRequest], abort: list[str]) -> None:
         if self._outbox is None:
             # Not connected: the scheduler only dispatches to connected workers, so this is a
             # race with a disconnect that is about to requeue these requests anyway.
             return
-        self._outbox.put_nowait(encode_session_request(submit, abort))
+        self._outbox.put_nowait(encode_batch(submit, abort))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -109,6 +104,7 @@ class GrpcWorkerLink:
         while not self._stopping:
             connected = False
             channel: grpc.aio.Channel | None = None
+            writer: asyncio.Task[None] | None = None
             try:
                 self.address = await self.resolve()
                 channel = self.config.channel(self.address)
@@ -118,15 +114,20 @@ class GrpcWorkerLink:
                         pb.InfoRequest(), metadata=metadata, timeout=self.config.info_timeout_s
                     )
                 )
-                if status.state != "serving":
+                if status.state != WorkerState.SERVING:
                     raise ConnectionError(f"worker state is {status.state!r}")
                 outbox: asyncio.Queue[pb.SessionRequest | None] = asyncio.Queue()
-                self._call = stub.Session(_drain(outbox), metadata=metadata)
+                # The link writes with call.write() from a task it owns and ends: a request
+                # iterator handed to grpc.aio would be left awaiting its queue on every
+                # reconnect ("Task was destroyed but it is pending", issue 13 defect 10).
+                call = stub.Session(metadata=metadata)
+                self._call = call
+                writer = asyncio.get_running_loop().create_task(_write(call, outbox))
                 self._outbox = outbox
                 self.scheduler.worker_connected(self.worker_id, status, self.address)
                 connected = True
                 async for msg in self._call:
-                    self.scheduler.worker_events(self.worker_id, decode_session_event(msg))
+                    self.scheduler.worker_events(self.worker_id, decode_events(msg))
                 reason = "session ended by the worker"
             except asyncio.CancelledError:
                 if self._stopping or not self._breaking:  # the link itself is being stopped
@@ -135,12 +136,15 @@ class GrpcWorkerLink:
                 # grpc.aio raises CancelledError from a locally cancelled call: a broken stream.
                 self._breaking = False
                 reason = "session cancelled locally"
-            except (grpc.aio.AioRpcError, WorkerWireError, ConnectionError, OSError) as e:
+            except (grpc.aio.AioRpcError, WireError, ConnectionError, OSError) as e:
                 reason = _describe(e)
             except Exception as e:  # resolve() may raise anything (Ray actor errors, ...)
                 reason = f"{type(e).__name__}: {e}"
             finally:
                 self._outbox, self._call = None, None
+                if writer is not None:
+                    writer.cancel()
+                    await asyncio.gather(writer, return_exceptions=True)
                 if connected:
                     self.scheduler.worker_disconnected(self.worker_id, reason)
                 if channel is not None:
@@ -149,9 +153,16 @@ class GrpcWorkerLink:
             await asyncio.sleep(self.config.reconnect_s)
 
 
-async def _drain(q: asyncio.Queue[pb.SessionRequest | None]) -> AsyncIterator[pb.SessionRequest]:
-    while (item := await q.get()) is not None:
-        yield item
+async def _write(
+    call: grpc.aio.StreamStreamCall, q: asyncio.Queue[pb.SessionRequest | None]
+) -> None:
+    """Send queued messages until None (half-close) or the call ends (its reader reports why)."""
+    try:
+        while (item := await q.get()) is not None:
+            await call.write(item)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+        return
 
 
 def _describe(e: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""The plumbing both test-only engines share (the ENGINE_API slice that EngineLoop uses): a
+"""The plumbing both test-only engines share (the `EngineLike` protocol of
+workers/service/engine_loop.py: the slice of Engine that EngineLoop calls): a
 waiting queue, at most max_batch_size running rows, abort as a flag the next step turns into an
 "abort" finish, has_work, info and round stats, a step delay standing in for compute.
 
@@ -62,7 +63,7 @@ class FakeEngineBase:
     def _account(self, stats: RoundStats, new: list[int]) -> None:
         """Round stats for one row's new tokens (none by default)."""
 
-    # -- ENGINE_API -----------------------------------------------------------------------------
+    # -- EngineLike (workers/service/engine_loop.py) ---------------------------------------------
     def add_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
         if not prompt:
             raise ValueError(f"prompt for {request_id!r} is empty: pass at least one token")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ["cluster", "workers", "bench", "tests", "train", "protos"]
+PATHS = ["contract", "cluster", "workers", "bench", "tests", "train", "protos"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,5 +28,5 @@ def test_ruff_format_is_clean():
 
 @pytest.mark.timeout(900)
 def test_mypy_cluster_and_workers():
-    res = run("mypy", "cluster", "workers")
+    res = run("mypy", "contract", "protos", "cluster", "workers")
     assert res.returncode == 0, res.stdout[-4000:]

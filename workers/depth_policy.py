@@ -16,9 +16,18 @@ one-time costs such as a GPU backend building kernels for the new shape, ~40 ms 
 CUDA), else a least-squares fit over those per-shape medians on [1, B, k > 0, k, B*k] (verify width k+1 on B rows; a drafter's fixed cost per round, e.g. an
 MTP head folding in the last verify's hidden states, and its cost per step). Whole-step time,
 not per-phase time: what a depth costs includes its bookkeeping, which a per-phase model
-misattributes. The first rounds and every `explore_every`-th round try the depths in turn, so
-every depth stays measured and a bad early estimate cannot lock the choice in; a depth below
-the configured one is taken only for a predicted gain above `min_gain`.
+misattributes. A depth below the configured one is taken only for a predicted gain above
+`min_gain`.
+
+Never slower than not drafting, and cheap to learn. The warm-up measures depth 0 first, then
+depths 1, 2, ... in turn, and stops as soon as no deeper depth could pay even if every draft were
+accepted (a round of depth k costs at least the deepest measured round below it): a draft model
+that costs more than it saves is measured for one or two rounds of depth 1, not for every depth.
+Depths never measured are costed at least as much as the deepest measured one below them, so an
+extrapolation cannot pick them. Later, every `explore_every`-th round tries a depth in turn
+(so a bad early estimate cannot lock the choice in), but only while what exploring has cost
+(its predicted time over the best depth's for the same tokens) stays within `explore_budget`
+of all the time observed.
 Pure numpy: the engine feeds it and obeys it.
 """
 
@@ -58,12 +67,19 @@ class DepthPolicy:
     decay: float = 0.995  # per-round forgetting of acceptance counts
     refresh_every: int = 8  # rounds a choice is reused for the same B (a fit costs ~0.3 ms)
     min_gain: float = 0.05  # leave max_depth only for a predicted gain above this
+    explore_budget: float = 0.03  # exploration may lose at most this share of the time observed
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
     _tried: np.ndarray = field(init=False)  # [max_depth] decayed rows that reached position j
     _hit: np.ndarray = field(init=False)  # [max_depth] decayed rows accepted at position j
     _rounds: int = 0
+    _first: dict = field(default_factory=dict)  # (B, k) -> fastest round seen (first included)
+    _count: dict = field(default_factory=dict)  # (B, k) -> rounds seen
+    _warm: bool = True  # still in the warm-up
+    _time_total: float = 0.0  # seconds of every round observed
+    _explore_loss: float = 0.0  # predicted seconds exploration has cost over the best depth
+    _explored_at: int = -1  # round whose exploration cost is already counted
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -82,7 +98,10 @@ class DepthPolicy:
         if B == 0:
             return
         self._rounds += 1
+        self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
+        self._first[(B, k)] = min(step_time_s, self._first.get((B, k), float("inf")))
+        self._count[(B, k)] = self._count.get((B, k), 0) + 1
         if (B, k) in self._seen:
             self._rows.append((B, k, step_time_s))
         else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
@@ -120,7 +139,21 @@ class DepthPolicy:
         keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
         coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
         fitted = np.maximum(0.0, _features(np.full_like(depths, batch_size), depths) @ coef)
-        return np.array([cells.get((batch_size, k), fitted[k]) for k in range(self.max_depth + 1)])
+        costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(self.max_depth + 1)])
+        # A shape seen only once (its first round) costs that round's time. An unseen depth is
+        # never cheaper than the deepest seen depth m below it plus m's own last step for every
+        # step beyond m (extrapolation cannot pick a depth it has never timed).
+        floor, step, last = 0.0, 0.0, -1
+        for k in range(self.max_depth + 1):
+            if (batch_size, k) not in cells and (batch_size, k) in self._first:
+                costs[k] = self._first[(batch_size, k)]
+            if (batch_size, k) in cells or (batch_size, k) in self._first:
+                if last == k - 1 and k > 0:
+                    step = max(0.0, costs[k] - costs[k - 1])
+                floor, last = max(floor, costs[k]), k
+            else:
+                costs[k] = max(costs[k], floor + step * (k - last))
+        return costs
 
     def _cell_medians(self) -> dict[tuple[int, int], float]:
         by_cell: dict[tuple[int, int], list[float]] = {}
@@ -129,23 +162,58 @@ class DepthPolicy:
         return {cell: float(np.median(ts)) for cell, ts in by_cell.items()}
 
     def choose(self, batch_size: int) -> int:
-        """The depth cap for the next round of `batch_size` rows."""
+        """The depth cap for the next round of `batch_size` rows (the same answer if asked
+        twice before the round is observed)."""
         D = self.max_depth
-        if self._rounds < 2 * (D + 1):  # warm-up: every depth twice, deepest first
-            return D - self._rounds % (D + 1)
+        if self._warm:  # depth 0, 0, 1, 1, 2, 2, ... until deeper cannot pay
+            k = self._rounds // 2
+            if k <= D and not (k >= 1 and self._deeper_cannot_pay(batch_size)):
+                return k
+            self._warm = False
         if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
-            return (self._rounds // self.explore_every) % (D + 1)
+            k = (self._rounds // self.explore_every) % (D + 1)
+            if self._explored_at == self._rounds or self._may_explore(batch_size, k):
+                return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        c = self.acceptance()
-        costs = self.round_costs(batch_size)
-        rates = [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(D + 1)]
+        rates = self._rates(batch_size)
         best = int(np.argmax(rates))
         if rates[best] < (1 + self.min_gain) * rates[D]:
             best = D  # not worth leaving the configured depth on a thin margin
         self._chosen[batch_size] = (self._rounds, best)
         return best
+
+    def _rates(self, batch_size: int) -> np.ndarray:
+        """[max_depth + 1] predicted tokens per second of each depth."""
+        c, costs = self.acceptance(), self.round_costs(batch_size)
+        return np.array(
+            [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(self.max_depth + 1)]
+        )
+
+    def _deeper_cannot_pay(self, batch_size: int) -> bool:
+        """Neither the deepest measured depth m >= 1 nor any deeper one can beat a shallower
+        measured depth, even with every draft accepted: a round of depth >= m costs at least
+        the fastest round seen at m (first rounds included), and emits at most 1 + max_depth."""
+        seen = {j: t for (b, j), t in self._first.items() if b == batch_size}
+        m = max(seen, default=0)
+        # Two rounds each: one alone may be a one-off (a GPU building kernels for a new shape).
+        if m < 1 or 0 not in seen or self._count[(batch_size, m)] < 2:
+            return False
+        c = self.acceptance()
+        best = max(expected_tokens(c, j) / max(t, 1e-9) for j, t in seen.items() if j < m)
+        return (1 + self.max_depth) / max(seen[m], 1e-9) <= best
+
+    def _may_explore(self, batch_size: int, k: int) -> bool:
+        """Explore depth k only while exploring's predicted cost stays within budget."""
+        rates = self._rates(batch_size)
+        costs = self.round_costs(batch_size)
+        loss = max(0.0, costs[k] - expected_tokens(self.acceptance(), k) / max(rates.max(), 1e-9))
+        if self._explore_loss + loss > self.explore_budget * self._time_total:
+            return False
+        self._explore_loss += loss
+        self._explored_at = self._rounds
+        return True
 
 
 def row_depths(

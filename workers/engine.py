@@ -105,9 +105,7 @@ class Engine:
         )
         self._verify_hidden: mx.array | None = None
         self._flight: _Flight | None = None  # pipelined round launched, not read yet
-        self._pipeline_ok = self.config.pipeline and (
-            drafter is None or bool(getattr(drafter, "device_resident", False))
-        )
+        self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
@@ -261,10 +259,17 @@ class Engine:
 
     # -- pipelined rounds (see the module docstring) --------------------------------------------
     def _pipelined(self) -> bool:
-        if not self._pipeline_ok:
+        """Can the next round be built without reading the last one back?"""
+        if not self.config.pipeline:
             return False
         rows = self.rows + list(self._prefill.rows if self._prefill else [])
-        return all(r.params.is_greedy and not r.params.penalised for r in rows)
+        if not all(r.params.is_greedy and not r.params.penalised for r in rows):
+            return False
+        if self._device_drafter:
+            return True
+        # A host-side drafter (draft model, n-grams) needs exact histories, unless the depth
+        # policy drafts nothing this round: then the round is plain decoding.
+        return self.depth_policy is not None and self.depth_policy.choose(len(self.rows)) == 0
 
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
@@ -296,7 +301,7 @@ class Engine:
         want_logprobs = any(r.params.logprobs for r in rows)
         logprobs = token_logprobs(logits, tokens) if want_logprobs else None
         self.cache.commit_lazy(num_accepted + 1, window.shape[1])
-        if self.drafter is not None:
+        if self.drafter is not None and self._device_drafter:
             self.drafter.commit(num_accepted, self._verify_hidden, tokens)
         new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
         flight = _Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
@@ -372,7 +377,7 @@ class Engine:
         """[B, K+1] verify input: each row's newest token, then its drafts (lazy or host)."""
         if proposal.tokens.shape[1] == 0:
             return last[:, None]
-        return mx.concatenate([last[:, None], mx.array(proposal.tokens).astype(mx.int32)], axis=1)
+        return mx.concatenate([last[:, None], proposal.device_tokens()], axis=1)
 
     def _forward(self, window: mx.array, valid: np.ndarray) -> mx.array:
         """Target forward over the window: logits [B, K+1, V]; keeps the MTP head's hidden."""

@@ -141,6 +141,7 @@ class BatchCache:
             RaggedStateCache(self) if rec else RaggedKVCache(self) for rec in self.recurrent
         ]
         self.window_valid = np.zeros(num_rows, dtype=np.int64)  # [B] real tokens in the window
+        self._slots: dict[int, mx.array] = {}  # reset by set_window_valid before each forward
         self._refresh()
 
     @classmethod
@@ -158,6 +159,7 @@ class BatchCache:
         """How many of the next window's tokens are real per row (the rest is padding)."""
         self.window_valid = np.asarray(valid, dtype=np.int64)
         self.window_valid_mx = mx.array(self.window_valid.astype(np.int32))
+        self._slots = {}  # W -> window slots, shared by every layer
 
     # -- window geometry (shared by every layer in one forward) ------------------------------
     def window_end(self, W: int) -> int:
@@ -171,7 +173,13 @@ class BatchCache:
         return ((end + SPAN - 1) // SPAN) * SPAN
 
     def window_slots(self, W: int) -> mx.array:
-        return (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]  # [B,1,W,1]
+        """[B, 1, W, 1] each window token's slot; built once per forward, not once per layer
+        (on a GPU every op is a kernel launch the host pays for)."""
+        slots = self._slots.get(W)
+        if slots is None:
+            slots = (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]
+            self._slots[W] = slots
+        return slots
 
     def window_mask(self, W: int, window_size: int | None = None) -> mx.array:
         """[B, 1, W, S] True where window query i of row r may attend slot j."""

@@ -29,7 +29,7 @@ def verify_greedy(logits: mx.array, proposal: Proposal, want_logprobs: bool = Fa
 
 def greedy_outcome(logits: mx.array, proposal: Proposal) -> tuple[mx.array, mx.array]:
     """The greedy verdict as lazy device arrays: (num_accepted [B], emitted tokens [B, K+1])."""
-    draft = mx.array(proposal.tokens).astype(mx.int32)  # [B, K] (host or device)
+    draft = proposal.device_tokens()  # [B, K]
     counts = mx.array(np.asarray(proposal.counts).astype(np.int32))  # [B]
     target = mx.argmax(logits, axis=-1).astype(mx.int32)  # [B, K+1]
     num_accepted = greedy_accept(draft, counts, target)

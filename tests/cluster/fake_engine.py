@@ -1,5 +1,5 @@
-"""A test-only engine (ENGINE_API contract) for scheduler tests, where the model is not what is
-under test. The next token is a hash of the last four tokens and the absolute position, so a
+"""A test-only engine (`EngineLike`, workers/service/engine_loop.py) for scheduler tests, where
+the model is not what is under test. The next token is a hash of the last four tokens and the absolute position, so a
 resumed request only matches a no-fault run if it resumes from exactly the committed prefix.
 Each round emits 1-3 tokens per row, like a speculative engine."""
 

@@ -28,8 +28,8 @@ from cluster.progress import Progress
 from cluster.scheduler import Scheduler, SchedulerConfig
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerStatus, WorkerSubmit
+from contract.types import EngineInfo, RequestOutput
 from tests.cluster.tiny_tokenizer import write_tiny_tokenizer
-from workers.types import EngineInfo, RequestOutput
 
 pytestmark = pytest.mark.timeout(120)
 WORKERS, SLOTS, HOLD_S = 8, 16, 0.1

@@ -94,10 +94,13 @@ def test_in_process_run_with_errors(tmp_path: Path) -> None:
     assert summary.num_succeeded == 30
     assert summary.acceptance_rate == pytest.approx(0.75)
     assert "30 ok" in summary.render()
-    # Re-running a finished job serves nothing and changes nothing.
+    # Re-running a finished job serves only its failed requests again (they fail again here)
+    # and leaves each custom_id and each failure in the files once.
     again = run_batch(BatchJobConfig(inp, out, progress=False), fake_backend)
-    assert again.num_resumed == 34 and again.num_succeeded == 0
+    assert again.num_resumed == 30 and again.num_succeeded == 0 and again.num_failed == 4
     assert len(read_jsonl(out)) == 34 and len(read_jsonl(tmp_path / "out.errors.jsonl")) == 7
+    kept = run_batch(BatchJobConfig(inp, out, progress=False, retry_failed=False), fake_backend)
+    assert kept.num_resumed == 34 and kept.num_failed == 0
 
 
 def test_recover_partial_cuts_torn_line(tmp_path: Path) -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from cluster import Client
 from cluster.client import make_input
-from cluster.gateway_codec import request_to_pb
 from cluster.policy import PolicyConfig
 from cluster.requests import GenerateInput
 from cluster.scheduler import Scheduler, SchedulerConfig
+from contract.types import RequestOutput, SamplingParams
+from protos.gateway_codec import request_to_pb
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_gateway import Running
 from tests.cluster.test_scheduler_index import Link, status
-from workers.types import RequestOutput, SamplingParams
 
 WINDOW = 0.02
 

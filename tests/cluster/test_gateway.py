@@ -98,7 +98,7 @@ def test_client_side_errors_and_raw_status(running: Running) -> None:
             from protos.specfleet.v1 import gateway_pb2 as pb
 
             try:
-                c._stub.Submit(pb.GenerateRequest(prompt_token_ids=b"\x01\x02\x03"))
+                c._stub.Submit(pb.GenerateRequest(prompt="x", prompt_token_ids=[1, 2, 3]))
             except grpc.RpcError as e:
                 assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
                 raise InvalidRequestError("INVALID_ARGUMENT", e.details()) from None
@@ -249,7 +249,7 @@ def test_fuzz_raw_bytes_get_proper_statuses(running: Running) -> None:
     calls = {m: ch.unary_unary(f"/specfleet.v1.Gateway/{m}") for m in methods}
     stream = ch.unary_stream("/specfleet.v1.Gateway/Generate")
     valid = pb.GenerateRequest(
-        prompt_token_ids=b"\x01\x00\x00\x00", sampling=pb.Sampling(max_tokens=2)
+        prompt_token_ids=[1], sampling=pb.Sampling(max_tokens=2)
     ).SerializeToString()
     allowed = {
         grpc.StatusCode.INVALID_ARGUMENT,

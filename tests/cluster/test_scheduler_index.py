@@ -14,7 +14,7 @@ from cluster.policy import PolicyConfig
 from cluster.requests import GenerateInput, SchedulerError
 from cluster.scheduler import Scheduler, SchedulerConfig
 from cluster.worker_codec import WorkerStatus, WorkerSubmit
-from workers.types import EngineInfo, RequestOutput, SamplingParams
+from contract.types import EngineInfo, RequestOutput, SamplingParams
 
 P = SamplingParams(max_tokens=4)
 

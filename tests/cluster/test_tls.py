@@ -15,9 +15,9 @@ from cluster import Client
 from cluster.client import SpecfleetError
 from cluster.gateway_server import GatewayConfig, GatewayServer
 from cluster.worker_rpc import LinkConfig
+from protos.grpc_auth import TLSFiles
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_scheduler import Harness
-from workers.service.grpc_auth import TLSFiles
 
 pytestmark = pytest.mark.timeout(120)
 

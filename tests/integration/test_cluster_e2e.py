@@ -31,7 +31,7 @@ from cluster.ray_actor import ClusterSpec, start_cluster  # noqa: E402
 from cluster.runtime import RuntimeConfig  # noqa: E402
 from cluster.scheduler import SchedulerConfig  # noqa: E402
 from tests.integration.tiny_ckpt import write_tiny_checkpoints  # noqa: E402
-from workers.service.engine_spec import EngineSpec  # noqa: E402
+from workers.service.engine_spec import EngineSpec, serving_config  # noqa: E402
 from workers.service.grpc_server import WorkerServerConfig  # noqa: E402
 from workers.types import SamplingParams  # noqa: E402
 
@@ -64,7 +64,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
         runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
     )
     engine = EngineSpec(
-        model=str(d / "target"), drafter=f"model:{d / 'draft'}", draft_depth=3, max_batch_size=16
+        model=str(d / "target"),
+        drafter=f"model:{d / 'draft'}",
+        config=serving_config(draft_depth=3, max_batch_size=16),
     )
     spec = ClusterSpec(
         engine=engine,

@@ -41,6 +41,12 @@ class Proposal:
     counts: np.ndarray  # [B] int, 0 <= counts[r] <= depths[r]
     probs: mx.array | None = None  # [B, K, V] draft distribution q, None = point mass
 
+    def device_tokens(self) -> mx.array:
+        """[B, K] int32 on the device. A lazy array stays lazy: mx.array(lazy) would copy it,
+        which evaluates it (and whatever it depends on: the round still in flight)."""
+        t = self.tokens
+        return (t if isinstance(t, mx.array) else mx.array(t)).astype(mx.int32)
+
 
 class Drafter(Protocol):
     name: str

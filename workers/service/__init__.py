@@ -1,7 +1,7 @@
 """The worker service: gRPC server, metrics endpoint, Ray actor host and CLI for one Engine.
 
-Lazy exports so that the scheduler can import `workers.service.rpc_codec` without grpc servers,
-and nothing here imports mlx until an engine is built.
+Lazy exports, so that nothing here imports grpc servers or mlx until they are used (the wire
+codec both sides share is protos/worker_codec.py).
 """
 
 from __future__ import annotations

@@ -71,9 +71,9 @@ def build_parser(prog: str = "specfleet worker") -> argparse.ArgumentParser:
 
 
 def configs_from_args(args: argparse.Namespace):  # -> tuple[EngineSpec, WorkerServerConfig]
-    from workers.service.grpc_auth import TLSFiles
+    from protos.grpc_auth import TLSFiles
+    from protos.worker_codec import CodecLimits
     from workers.service.grpc_server import WorkerServerConfig
-    from workers.service.rpc_codec import CodecLimits
 
     spec = EngineSpec.from_args(args, factory=args.engine_factory)
     token = (

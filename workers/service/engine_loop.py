@@ -20,14 +20,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from workers.service.rpc_codec import (
-    INTERNAL,
-    INVALID_ARGUMENT,
-    RESOURCE_EXHAUSTED,
-    UNAVAILABLE,
-    RequestError,
-    SubmitRequest,
-)
+from contract.status import StatusCode, WorkerState
+from protos.worker_codec import RequestError, SubmitRequest
 from workers.types import EngineInfo, RequestOutput, RoundStats, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -37,7 +31,8 @@ Sink = Callable[[list[RequestOutput | RequestError] | BaseException], None]
 
 
 class EngineLike(Protocol):
-    """The slice of workers.Engine this loop uses (see ENGINE_API)."""
+    """The slice of workers.Engine (workers/engine.py) this loop calls; test engines implement
+    exactly this (tests/fake_engine.py)."""
 
     def add_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None: ...
     def abort(self, request_id: str) -> None: ...
@@ -84,7 +79,7 @@ class EngineLoop:
         engine_factory: Callable[[], EngineLike],
         config: EngineLoopConfig | None = None,
         metrics: MetricsSink | None = None,
-        on_state: Callable[[str], None] | None = None,
+        on_state: Callable[[WorkerState], None] | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.config = config or EngineLoopConfig()
@@ -98,7 +93,7 @@ class EngineLoop:
         self._session_ids: dict[int, set[str]] = {}  # session id -> engine ids
         self._lock = threading.Lock()  # guards state and sinks (read by handler threads)
         self._next_session = 0
-        self.state = "loading"  # loading -> serving -> draining -> stopped | failed
+        self.state = WorkerState.LOADING  # loading -> serving -> draining -> stopped | failed
         self.engine: EngineLike | None = None
         self.fatal_error: BaseException | None = None
         self._idle = threading.Event()
@@ -132,7 +127,7 @@ class EngineLoop:
 
     def info(self) -> Future[EngineInfo]:
         fut: Future[EngineInfo] = Future()
-        if self.state in ("loading", "stopped", "failed"):
+        if self.state in (WorkerState.LOADING, WorkerState.STOPPED, WorkerState.FAILED):
             fut.set_exception(WorkerUnavailable(f"worker is {self.state}"))
         else:
             self._commands.put(("info", fut))
@@ -140,7 +135,7 @@ class EngineLoop:
 
     def drain(self, timeout: float) -> bool:
         """Refuse new requests, wait up to `timeout` s for running ones; True if all finished."""
-        self._set_state("draining")
+        self._set_state(WorkerState.DRAINING)
         self._idle.clear()
         self._commands.put(("wake", None))
         return self._idle.wait(timeout)
@@ -152,11 +147,11 @@ class EngineLoop:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.state == "loading":
+        while self.state == WorkerState.LOADING:
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
-        return self.state in ("serving", "draining")
+        return self.state in (WorkerState.SERVING, WorkerState.DRAINING)
 
     # ------------------------------------------------------------ engine thread
 
@@ -165,9 +160,9 @@ class EngineLoop:
         assert self.engine is not None, "engine used before it was built"
         return self.engine
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: WorkerState) -> None:
         with self._lock:
-            if self.state in ("stopped", "failed") or self.state == state:
+            if self.state in (WorkerState.STOPPED, WorkerState.FAILED) or self.state == state:
                 return
             self.state = state
         if self._on_state is not None:
@@ -179,17 +174,17 @@ class EngineLoop:
         except BaseException as e:  # a model that cannot load is fatal for this worker
             self._fail(e)
             return
-        self._set_state("serving")
+        self._set_state(WorkerState.SERVING)
         try:
             while self._apply_commands(block=not self._engine.has_work()):
                 if self._engine.has_work():
                     self._step()
-                elif self.state == "draining":
+                elif self.state == WorkerState.DRAINING:
                     self._idle.set()
         except BaseException as e:
             self._fail(e)
             return
-        self._set_state("stopped")
+        self._set_state(WorkerState.STOPPED)
         self._stopped.set()
 
     def _apply_commands(self, block: bool) -> bool:
@@ -235,31 +230,31 @@ class EngineLoop:
         for req in requests:
             eid = f"{session_id}/{req.request_id}"
             err = None
-            if self.state != "serving":
+            if self.state != WorkerState.SERVING:
                 err = RequestError(
                     req.request_id,
-                    UNAVAILABLE,
+                    StatusCode.UNAVAILABLE,
                     "submit",
                     f"worker is {self.state}; send it to another worker",
                 )
             elif eid in self._live:
                 err = RequestError(
                     req.request_id,
-                    INVALID_ARGUMENT,
+                    StatusCode.INVALID_ARGUMENT,
                     "id",
                     f"request id {req.request_id!r} is already running on this session",
                 )
             elif len(self._live) >= self.config.max_live_requests:
                 err = RequestError(
                     req.request_id,
-                    RESOURCE_EXHAUSTED,
+                    StatusCode.RESOURCE_EXHAUSTED,
                     "submit",
                     f"worker holds max_live_requests={self.config.max_live_requests}; retry later or elsewhere",
                 )
             elif bad := [t for t in req.prompt if t >= info.vocab_size]:
                 err = RequestError(
                     req.request_id,
-                    INVALID_ARGUMENT,
+                    StatusCode.INVALID_ARGUMENT,
                     "prompt",
                     f"token id {bad[0]} is outside the vocabulary (vocab_size={info.vocab_size})",
                 )
@@ -270,11 +265,13 @@ class EngineLoop:
                     ValueError,
                     TypeError,
                 ) as e:  # engine validation (empty prompt, context ...)
-                    err = RequestError(req.request_id, INVALID_ARGUMENT, "submit", str(e))
+                    err = RequestError(
+                        req.request_id, StatusCode.INVALID_ARGUMENT, "submit", str(e)
+                    )
                 except Exception as e:  # an engine bug on one request must not kill the worker
                     log.exception("add_request(%r) failed", eid)
                     err = RequestError(
-                        req.request_id, INTERNAL, "submit", f"{type(e).__name__}: {e}"
+                        req.request_id, StatusCode.INTERNAL, "submit", f"{type(e).__name__}: {e}"
                     )
             if err is not None:
                 errors.append(err)
@@ -331,12 +328,12 @@ class EngineLoop:
         log.error("engine failed: %r", error, exc_info=error)
         self.fatal_error = error
         with self._lock:
-            self.state = "failed"
+            self.state = WorkerState.FAILED
             sessions = list(self._sinks)
         for session_id in sessions:
             self._deliver(session_id, error)
         if self._on_state is not None:
-            self._on_state("failed")
+            self._on_state(WorkerState.FAILED)
         self._idle.set()
         self._stopped.set()
         if self._on_fatal is not None:

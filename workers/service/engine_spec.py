@@ -4,36 +4,32 @@ arguments become one of these), so the model is loaded once, inside the worker p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.types import MAX_DRAFT_DEPTH
+from workers.config import EngineConfig
+
+
+def serving_config(**overrides: Any) -> EngineConfig:
+    """EngineConfig with the serving default: each round drafts only as deep as the worker's
+    own timings say pays (adaptive_depth; the library default is off, for reproducible runs)."""
+    return EngineConfig(**{"adaptive_depth": True, **overrides})
 
 
 @dataclass(frozen=True)
 class EngineSpec:
     model: str | None = None  # mlx-lm model directory; None = the embedded default model
     drafter: str | None = None  # "model:PATH" | "ngram" | "mtp" | None
-    draft_depth: int = 4
-    # Serving default: each round drafts only as deep as the worker's own timings say pays
-    # (EngineConfig.adaptive_depth); draft_depth is then the most it drafts.
-    adaptive_depth: bool = True
-    max_batch_size: int = 16
-    max_context: int | None = None
+    config: EngineConfig = field(default_factory=serving_config)  # validated where built
     # "package.module:function" returning a ready Engine (custom loaders, tests); overrides model.
     factory: str | None = None
     factory_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.draft_depth, int) and 1 <= self.draft_depth <= MAX_DRAFT_DEPTH):
-            raise ValueError(
-                f"EngineSpec.draft_depth={self.draft_depth!r} is invalid: use 1..{MAX_DRAFT_DEPTH}"
-            )
-        if not (isinstance(self.max_batch_size, int) and self.max_batch_size >= 1):
-            raise ValueError(
-                f"EngineSpec.max_batch_size={self.max_batch_size!r} is invalid: use an int >= 1"
-            )
+        if not isinstance(self.config, EngineConfig):
+            raise TypeError(f"EngineSpec.config={self.config!r:.60} is not an EngineConfig")
         if self.factory is not None and self.factory.count(":") != 1:
             raise ValueError(
                 f"EngineSpec.factory={self.factory!r} is invalid: use 'package.module:function'"
@@ -42,15 +38,13 @@ class EngineSpec:
     @classmethod
     def from_args(cls, args: argparse.Namespace, **extra: Any) -> EngineSpec:
         """The spec the flags of add_engine_args describe."""
-        return cls(
-            model=args.model,
-            drafter=args.drafter,
+        config = serving_config(
             draft_depth=args.draft_depth,
             adaptive_depth=not args.fixed_depth,
             max_batch_size=args.max_batch_size,
             max_context=args.max_context,
-            **extra,
         )
+        return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
     @property
     def model_name(self) -> str:
@@ -66,13 +60,9 @@ class EngineSpec:
             return getattr(importlib.import_module(module), func)(**self.factory_kwargs)
         from workers import Engine
 
-        config: dict[str, Any] = {
-            "draft_depth": self.draft_depth,
-            "adaptive_depth": self.adaptive_depth,
-            "max_batch_size": self.max_batch_size,
-        }
-        if self.max_context is not None:
-            config["max_context"] = self.max_context
+        config = dataclasses.asdict(self.config)
+        if config["model_id"] == EngineConfig.model_id:
+            del config["model_id"]  # Engine.load names the model after its directory
         return Engine.load(self.model, drafter=self.drafter, **config)
 
 

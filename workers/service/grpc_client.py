@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from protos import worker_codec as codec
+from protos.grpc_auth import auth_metadata
 from protos.specfleet.v1 import worker_pb2 as pb
 from protos.specfleet.v1 import worker_pb2_grpc as pb_grpc
-from workers.service import rpc_codec as codec
-from workers.service.grpc_auth import auth_metadata
 from workers.types import RequestOutput, SamplingParams
 
 _END = object()

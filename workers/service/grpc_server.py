@@ -18,22 +18,19 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from contract.status import StatusCode, WorkerState
+from protos import worker_codec as codec
+from protos.grpc_auth import BearerTokenInterceptor, TLSFiles
 from protos.health import ServerHealth
 from protos.specfleet.v1 import worker_pb2 as pb
-from workers.service import rpc_codec as codec
 from workers.service.engine_loop import EngineLike, EngineLoop, EngineLoopConfig, WorkerUnavailable
-from workers.service.grpc_auth import BearerTokenInterceptor, TLSFiles
 from workers.service.metrics import WorkerMetrics
 from workers.service.outbox import SessionOutbox
+from workers.service.stops import StopTokenizer, has_stop_strings, tokenize_stops
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Worker"].full_name  # "specfleet.v1.Worker"
-_STATUS = {
-    codec.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    codec.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    codec.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-}
 _HALF_CLOSE = object()  # the client finished sending; end the stream once its requests finish
 
 
@@ -169,9 +166,10 @@ class WorkerServer:
     def _call(self, coro: object) -> object:
         return asyncio.run_coroutine_threadsafe(coro, self._aloop).result()  # type: ignore[arg-type]
 
-    def _on_engine_state(self, state: str) -> None:
-        if not self._stopped.is_set() or state == "failed":
-            asyncio.run_coroutine_threadsafe(self._set_health(state == "serving"), self._aloop)
+    def _on_engine_state(self, state: WorkerState) -> None:
+        if not self._stopped.is_set() or state == WorkerState.FAILED:
+            serving = state == WorkerState.SERVING
+            asyncio.run_coroutine_threadsafe(self._set_health(serving), self._aloop)
 
     def _fatal(self, error: BaseException) -> None:
         if self._on_fatal is not None:
@@ -222,7 +220,7 @@ class WorkerServer:
         try:
             codec.decode_info_request(raw)
         except codec.WireError as e:
-            await context.abort(_STATUS[e.code], f"{e.field}: {e.message}")
+            await context.abort(grpc.StatusCode[e.code.name], f"{e.field}: {e.message}")
         assert self.engine_loop is not None
         try:
             info = await asyncio.wait_for(asyncio.wrap_future(self.engine_loop.info()), timeout=30)
@@ -235,7 +233,7 @@ class WorkerServer:
     ) -> AsyncIterator[pb.SessionEvent]:
         loop = self.engine_loop
         assert loop is not None
-        if loop.state != "serving":
+        if loop.state != WorkerState.SERVING:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"worker is {loop.state}; retry later or elsewhere"
             )
@@ -266,7 +264,9 @@ class WorkerServer:
                     if item is _HALF_CLOSE:
                         half_closed = True
                     elif isinstance(item, codec.WireError):
-                        await context.abort(_STATUS[item.code], f"{item.field}: {item.message}")
+                        await context.abort(
+                            grpc.StatusCode[item.code.name], f"{item.field}: {item.message}"
+                        )
                     elif isinstance(item, BaseException):
                         await context.abort(
                             grpc.StatusCode.UNAVAILABLE, f"worker engine failed: {item!r}"
@@ -310,7 +310,7 @@ class WorkerServer:
                         local.append(
                             codec.RequestError(
                                 req.request_id,
-                                codec.INVALID_ARGUMENT,
+                                StatusCode.INVALID_ARGUMENT,
                                 "id",
                                 f"request id {req.request_id!r} is already running on this session",
                             )
@@ -318,6 +318,11 @@ class WorkerServer:
                         continue
                     pending.add(req.request_id)
                     fresh.append(req)
+                tokenizer = getattr(loop.engine, "tokenizer", None)
+                if tokenizer is not None and any(has_stop_strings(r.params) for r in fresh):
+                    # Off the engine thread and off this event loop (other sessions' events).
+                    fresh = await asyncio.to_thread(_tokenize_stops, tokenizer, fresh, local)
+                    pending.difference_update(e.request_id for e in local)
                 loop.submit(session_id, fresh)  # before aborts, so "submit X, abort X" aborts X
                 loop.abort(session_id, [rid for rid in batch.abort if rid in pending])
                 if local:
@@ -329,6 +334,28 @@ class WorkerServer:
             log.debug("session %s read failed: %r", session_id, e)
             outbox.put(
                 codec.WireError(
-                    codec.UNAVAILABLE, "SessionRequest", f"request stream failed: {e!r}"
+                    StatusCode.UNAVAILABLE, "SessionRequest", f"request stream failed: {e!r}"
                 )
             )
+
+
+def _tokenize_stops(
+    tokenizer: StopTokenizer, requests: list[codec.SubmitRequest], errors: list
+) -> list[codec.SubmitRequest]:
+    """Requests with token-id stops only; one whose stops cannot be encoded is refused alone."""
+    out = []
+    for req in requests:
+        try:
+            params = tokenize_stops(tokenizer, req.params)
+        except Exception as e:  # a tokenizer error is this request's problem only
+            errors.append(
+                codec.RequestError(
+                    req.request_id,
+                    StatusCode.INVALID_ARGUMENT,
+                    "params.stop",
+                    f"cannot encode: {e}",
+                )
+            )
+            continue
+        out.append(codec.SubmitRequest(req.request_id, req.prompt, params))
+    return out

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from workers.service.rpc_codec import RESOURCE_EXHAUSTED, RequestError, WireError
+from contract.status import StatusCode
+from protos.worker_codec import RequestError, WireError
 from workers.types import RequestOutput
 
 
@@ -65,7 +66,7 @@ class SessionOutbox:
             (
                 0,
                 WireError(
-                    RESOURCE_EXHAUSTED,
+                    StatusCode.RESOURCE_EXHAUSTED,
                     "session",
                     f"{backlog} tokens of events wait for this client, over "
                     f"max_session_backlog_tokens={self.max_tokens}: the client reads the stream "

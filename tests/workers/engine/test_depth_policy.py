@@ -100,6 +100,26 @@ def test_policy_choices_differ_where_the_machines_differ():
     assert 0 < picks["middle"] < 4, picks
 
 
+@pytest.mark.parametrize("B", [1, 8])
+@pytest.mark.parametrize("jit", [0.0, 0.04])
+def test_a_drafter_that_cannot_pay_costs_almost_nothing(B, jit):
+    """A draft step costing 40 plain rounds (a 4-bit draft model on a CPU): the warm-up stops
+    after depth 1, no deeper depth is ever tried blind, and exploration stays in budget."""
+    plain = lambda B, W: 0.010 + 0.0002 * B * W  # noqa: E731
+    machine = SimulatedMachine(
+        plain, draft_cost(0.0, 0.4, 0.0), [0.7, 0.6, 0.5, 0.4], seed=B, jit=jit
+    )
+    policy = DepthPolicy(max_depth=4)
+    picks = [machine.round(policy, B) for _ in range(2000)]
+    assert picks[:2] == [0, 0] and max(picks[:20]) == 1, picks[:20]
+    assert sum(k > 0 for k in picks[:20]) <= 2, "depth 1 is probed at most twice"
+    assert max(picks) <= 1 or picks.index(max(picks)) > 200, "no blind deep round early"
+    spent = sum(machine.draft(B, k) + plain(B, k + 1) + machine.other(B) for k in picks)
+    ideal = len(picks) * (plain(B, 1) + machine.other(B))  # never drafting
+    warm_up = 2 * (machine.draft(B, 1) + plain(B, 2))
+    assert spent <= 1.03 * ideal + warm_up, (spent / ideal, picks.count(0))
+
+
 def test_conditional_acceptance_is_estimated_per_position_with_ragged_depths():
     rng = np.random.default_rng(0)
     truth = np.array([0.8, 0.6, 0.5, 0.3])

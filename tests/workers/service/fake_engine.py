@@ -1,5 +1,5 @@
-"""A test-only engine that follows the ENGINE_API contract, for transport-level tests
-(auth, TLS, fuzzing, limits) where the model is not what is under test.
+"""A test-only engine implementing `EngineLike` (workers/service/engine_loop.py), for transport
+tests (auth, TLS, fuzzing, limits) where the model is not what is under test.
 
 Row r continues its prompt with (last + 1) % vocab, emitting 1 + (round % 3) tokens per
 round as a speculative engine does, so deltas vary in size. `step_delay_s` stands in for

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from protos.grpc_auth import TLSFiles, client_credentials
 from tests.workers.service.fake_engine import FakeEngine
-from workers.service.grpc_auth import TLSFiles, client_credentials
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import SamplingParams

@@ -8,9 +8,9 @@ import time
 import grpc
 import pytest
 
+from protos import worker_codec as codec
 from protos.specfleet.v1 import worker_pb2_grpc as pb_grpc
 from tests.workers.service.fake_engine import FakeEngine, expected_tokens
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import Session, WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import SamplingParams

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protos import worker_codec as codec
 from protos.specfleet.v1 import worker_pb2 as pb
 from tests.workers.service.fake_engine import FakeEngine, expected_tokens
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import SamplingParams
@@ -193,7 +193,14 @@ messages = st.one_of(
 )
 
 
-def check_reply(status: grpc.StatusCode, details: str, events: list) -> None:
+def check_reply(
+    status: grpc.StatusCode, details: str, events: list, counts: dict | None = None
+) -> None:
+    if counts is not None:
+        counts[status.name] = counts.get(status.name, 0) + 1
+        counts["request_errors"] = counts.get("request_errors", 0) + sum(
+            isinstance(e, codec.RequestError) for e in events
+        )
     if status == grpc.StatusCode.OK:
         for e in events:
             if isinstance(e, codec.RequestError):
@@ -216,7 +223,21 @@ def test_fuzz_thousands_of_malformed_messages(served) -> None:
     steady: dict = {}
     reader = threading.Thread(target=lambda: steady.update(bystander.collect({"steady"})))
     reader.start()
-    counts = {"sent": 0}
+    counts = {"sent": 0, "good_requests": 0, "good_failures": 0}
+    done = threading.Event()
+
+    def good_requests() -> None:  # short good requests on their own sessions, all along
+        k = 0
+        while not done.is_set():
+            prompt = [1 + k % 200]
+            res = client.generate({f"good-{k}": prompt}, SamplingParams(max_tokens=8))
+            counts["good_requests"] += 1
+            if res[f"good-{k}"].tokens != expected_tokens(prompt, 8):
+                counts["good_failures"] += 1
+            k += 1
+
+    good = threading.Thread(target=good_requests)
+    good.start()
 
     @settings(
         max_examples=2500, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -224,7 +245,7 @@ def test_fuzz_thousands_of_malformed_messages(served) -> None:
     @given(st.lists(messages, min_size=1, max_size=3))
     def fuzz_session(batch: list[bytes]) -> None:
         counts["sent"] += len(batch)
-        check_reply(*send_raw(raw_session, batch))
+        check_reply(*send_raw(raw_session, batch), counts)
 
     @settings(
         max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -237,8 +258,14 @@ def test_fuzz_thousands_of_malformed_messages(served) -> None:
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "InfoRequest" in e.details()
 
-    fuzz_session()
-    fuzz_info()
+    try:
+        fuzz_session()
+        fuzz_info()
+    finally:
+        done.set()
+        good.join(60)
+    print(f"\nworker session fuzz figures: {counts}")
+    assert counts["good_requests"] > 0 and counts["good_failures"] == 0
     assert counts["sent"] >= 3000
     reader.join(60)
     assert steady["steady"].tokens == expected_tokens([1], 500)

@@ -40,7 +40,7 @@ def test_only_transport_named_files_import_grpc_or_ray() -> None:
 def test_client_side_modules_import_without_mlx() -> None:
     code = (
         "import sys\n"
-        "import workers.service, workers.service.rpc_codec, workers.service.grpc_client\n"
+        "import workers.service, protos.worker_codec, workers.service.grpc_client\n"
         "import protos.specfleet.v1.worker_pb2_grpc\n"
         "bad = sorted(m for m in sys.modules if m == 'mlx' or m.startswith(('mlx.', 'mlx_lm')))\n"
         "assert not bad, bad\n"

@@ -15,9 +15,9 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from protos import worker_codec as codec
 from tests.tiny import mixed_prompts
 from tests.workers.service.real_engine import make_engine
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import RoundStats, SamplingParams
@@ -25,7 +25,7 @@ from workers.types import RoundStats, SamplingParams
 ROOT = Path(__file__).resolve().parents[3]
 DYING_CLIENT = """
 import sys, time
-from workers.service import rpc_codec as codec
+from protos import worker_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.types import SamplingParams
 s = WorkerClient(sys.argv[1]).session()

@@ -9,8 +9,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from protos import worker_codec as codec
 from tests.workers.service.fake_engine import FakeEngine, expected_tokens
-from workers.service import rpc_codec as codec
 from workers.service.grpc_client import WorkerClient
 from workers.service.grpc_server import WorkerServer, WorkerServerConfig
 from workers.types import SamplingParams

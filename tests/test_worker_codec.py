@@ -1,27 +1,36 @@
-"""The worker body schema both sides' codecs share (protos/worker_schema.py): a table of
-SamplingParams round trips and of bad `params` maps, then the scheduler's encoder read by the
-worker's decoder."""
+"""The worker wire codec both sides use (protos/worker_codec.py): a table of SamplingParams
+round trips and of bad `params` maps, then each message type encoded and decoded again."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import msgpack
 import pytest
 
-from cluster.worker_codec import WorkerSubmit, encode_session_request
+from contract.status import StatusCode, WorkerState
+from contract.types import EngineInfo, RequestOutput, SamplingParams
 from protos.packing import pack_u32
-from protos.worker_schema import (
-    INVALID_ARGUMENT,
+from protos.worker_codec import (
+    CT_EVENTS,
+    CT_INFO,
+    EVENT_KEYS,
     PARAM_FIELDS,
-    RESOURCE_EXHAUSTED,
+    CodecLimits,
+    RequestError,
+    SubmitRequest,
     WireError,
+    WorkerInfo,
+    decode_batch,
+    decode_events,
+    decode_info,
+    encode_batch,
+    encode_events,
+    encode_info,
     params_from_wire,
     params_to_wire,
-    submit_to_wire,
 )
-from workers.service.rpc_codec import CodecLimits, decode_batch
-from workers.types import SamplingParams
+
+INVALID_ARGUMENT = StatusCode.INVALID_ARGUMENT
+RESOURCE_EXHAUSTED = StatusCode.RESOURCE_EXHAUSTED
 
 ROUND_TRIPS = [
     (SamplingParams(), {}),
@@ -106,13 +115,63 @@ def test_bad_params_name_the_field(wire: object, field: str, code: str, needle: 
     assert needle in e.value.message
 
 
-def test_scheduler_encoder_is_read_by_the_worker_decoder() -> None:
+def test_batches_round_trip() -> None:
     params = [p for p, _ in ROUND_TRIPS]
-    submits = [WorkerSubmit(f"r{i}~1", [i + 1, 2, 3], p) for i, p in enumerate(params)]
-    raw = encode_session_request(submits, ["gone~1"]).SerializeToString()
+    submits = [SubmitRequest(f"r{i}~1", [i + 1, 2, 3], p) for i, p in enumerate(params)]
+    raw = encode_batch(submits, ["gone~1"]).SerializeToString()
     batch = decode_batch(raw, CodecLimits())
     assert not batch.errors and batch.abort == ["gone~1"]
-    got = [(r.request_id, r.prompt, r.params) for r in batch.submit]
-    assert got == [(s.request_id, s.prompt, s.params) for s in submits]
-    item = submit_to_wire("x", [1], dataclasses.replace(SamplingParams(), top_k=3))
-    assert item == {"id": "x", "prompt": pack_u32([1]), "params": {"top_k": 3}}
+    assert batch.submit == submits
+    one = encode_batch([SubmitRequest("x", [1], SamplingParams(top_k=3))]).payload.body
+    assert msgpack.unpackb(one) == {
+        "submit": [{"id": "x", "prompt": pack_u32([1]), "params": {"top_k": 3}}]
+    }
+
+
+def test_events_and_info_round_trip() -> None:
+    delta = RequestOutput("a", [1, 2], new_logprobs=[-0.5, -1.0])
+    finish = RequestOutput("b", [3], True, "length", num_prompt_tokens=4, num_generated_tokens=1)
+    err = RequestError("c", StatusCode.INVALID_ARGUMENT, "submit[0].prompt", "empty")
+    data = encode_events([delta, finish, err]).SerializeToString()
+    assert decode_events(data) == [delta, finish, err]
+    engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2])
+    info = encode_info(WorkerInfo("w", WorkerState.SERVING, engine))
+    assert decode_info(info.SerializeToString()) == WorkerInfo("w", WorkerState.SERVING, engine)
+
+
+# -- the scheduler's side: whatever a worker sends, decoding raises WireError or succeeds --------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from protos.specfleet.v1 import worker_pb2 as pb  # noqa: E402
+
+_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=8),
+    st.binary(max_size=12), st.sampled_from(["delta", "finish", "error", "stop", "INTERNAL"]),
+)  # fmt: skip
+_any = st.recursive(
+    _leaf, lambda k: st.lists(k, max_size=3) | st.dictionaries(st.text(max_size=8), k, max_size=4),
+    max_leaves=10,
+)  # fmt: skip
+_event = st.dictionaries(st.sampled_from(sorted(EVENT_KEYS) + ["x"]), _any, max_size=6)
+_bodies = st.one_of(_any, st.fixed_dictionaries({"events": st.lists(_event, max_size=3)}))
+
+
+@settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    body=_bodies,
+    content_type=st.sampled_from([CT_EVENTS, CT_INFO, "x"]),
+    raw=st.binary(max_size=40),
+)
+def test_decoding_what_a_worker_sends_raises_only_wire_errors(body, content_type, raw) -> None:  # type: ignore[no-untyped-def]
+    payload = pb.Payload(content_type=content_type, schema_version=1, body=msgpack.packb(body))
+    for decode, msg in (
+        (decode_events, pb.SessionEvent(payload=payload).SerializeToString()),
+        (decode_events, raw),
+        (decode_info, pb.InfoResponse(payload=payload).SerializeToString()),
+    ):
+        try:
+            decode(msg)
+        except WireError as e:
+            assert e.field and e.message and e.code in StatusCode

@@ -1,0 +1,62 @@
+"""Where a round's host time goes: cProfile of engine steps on a random Qwen3 (bf16 on a GPU).
+
+    python -m bench.profile_round --preset 1b --batch-size 1 --drafter forced|none
+
+On a GPU the device computes while the host builds the next round, so the host's own time per
+step (graph building, accept ops, emit, bookkeeping) is what bounds a small batch. Prints the
+step time, then the functions with the most cumulative and own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import mlx.core as mx
+import numpy as np
+
+from bench.forced_drafter import DeviceForcedDrafter
+from bench.gpu import PRESETS, qwen3_model
+from workers import Engine, SamplingParams
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="1b", choices=sorted(PRESETS))
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--drafter", default="forced", choices=["forced", "none"])
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    model, _ = qwen3_model(*PRESETS[args.preset])
+    rng = np.random.default_rng(0)
+    B = args.batch_size
+    prompts = [rng.integers(0, 32000, size=32).tolist() for _ in range(B)]
+    sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
+    refs = {tuple(p): o.tokens for p, o in zip(prompts, Engine(model).generate(prompts, sp))}
+
+    def make() -> Engine:
+        d = DeviceForcedDrafter(refs, 32000) if args.drafter == "forced" else None
+        return Engine(model, drafter=d, max_batch_size=B, draft_depth=args.depth)
+
+    make().generate(prompts, sp)  # kernels for every shape
+    engine = make()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    engine.generate(prompts, sp)
+    prof.disable()
+    dt = time.perf_counter() - t0
+    rounds = len([s for s in engine.take_round_stats() if s.batch_size])
+    print(f"{args.preset} B={B} drafter={args.drafter}: {dt / rounds * 1e3:.2f} ms per round")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("cumulative").print_stats(args.top)
+    stats.sort_stats("tottime").print_stats(args.top)
+    mx.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""EngineSpec holds an EngineConfig (one set of engine fields, one validation) with the serving
+default of adaptive depth; the flags and build() pass it through unchanged."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from workers.config import EngineConfig
+from workers.service.engine_spec import EngineSpec, add_engine_args
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    return p.parse_args(list(argv))
+
+
+def test_flags_become_one_engine_config() -> None:
+    spec = EngineSpec.from_args(parse("--draft-depth", "3", "--max-batch-size", "5"))
+    assert spec.config == EngineConfig(draft_depth=3, max_batch_size=5, adaptive_depth=True)
+    fixed = EngineSpec.from_args(parse("--fixed-depth"))
+    assert fixed.config.adaptive_depth is False and EngineSpec().config.adaptive_depth is True
+    with pytest.raises(ValueError, match=r"EngineConfig\.draft_depth=99"):
+        EngineSpec.from_args(parse("--draft-depth", "99"))
+    with pytest.raises(TypeError, match="EngineConfig"):
+        EngineSpec(config={"draft_depth": 2})  # type: ignore[arg-type]
+
+
+def test_build_passes_the_config_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import Engine
+
+    seen: dict = {}
+    monkeypatch.setattr(Engine, "load", lambda path, drafter, **cfg: seen.update(cfg) or "eng")
+    spec = EngineSpec.from_args(parse("--draft-depth", "2", "--max-context", "64"))
+    assert spec.build() == "eng"
+    assert EngineConfig(**seen) == EngineConfig(
+        draft_depth=2, max_context=64, adaptive_depth=True, model_id=EngineConfig.model_id
+    )
+    assert "model_id" not in seen  # Engine.load names the model after its directory
