@@ -3,8 +3,9 @@
     .venv/bin/python bench/report.py            # after bench/run.py (or the scripts) wrote JSON
 
 Reads, when present: engine_cpu.json (bench/engine.py), sampling_cpu.json (bench/sampling.py),
-cluster_overhead_cpu.json, http_overhead_cpu.json (bench/http_overhead.py), peers_*.json
-(bench/peers.py), gguf_real_cpu.json (bench/gguf_real.py), gpu_h200_qwen3_1b.json and
+cluster_overhead_cpu.json, http_overhead_cpu.json (bench/http_overhead.py), scheduler_sim.json
+(bench/scheduler_sim.py), peers_*.json (bench/peers.py), gguf_real_cpu.json
+(bench/gguf_real.py), gpu_h200_pipelined.json, gpu_h200_qwen3_1b.json and
 engine_default_h200.json (bench/gpu.py and bench/engine.py on the lent GPU). Missing files are
 skipped with a note.
 """
@@ -232,6 +233,73 @@ def peers_section(data: dict, stem: str) -> list[str]:
     return lines
 
 
+SIM_PATHS = {
+    "in_process": "in-process",
+    "gateway": "gateway, unary Submit",
+    "gateway_batch": "gateway, SubmitBatch",
+}
+
+
+def scheduler_sim_section(data: dict) -> list[str]:
+    """bench/scheduler_sim.py: scheduler cost against fleet size, before and after issue 16."""
+    runs = [label for label in ("before", "after") if label in data]
+    if not runs:
+        return ["(no before/after runs)", ""]
+    ref = data[runs[-1]]
+    ws = sorted({int(w) for label in runs for w in data[label]["rows"]})
+    lines = [f"Real `Scheduler`, simulated workers of {ref['slots_per_worker']} slots answering "
+             "at once (16-token prompts, 16 new tokens), `bench/scheduler_sim.py`; machine: "
+             f"{ref['machine']}, 1-minute load average {ref['load_average_end'][0]:.1f} at the "
+             "end: shared with other jobs, so req/s is noisy; CPU per request is steadier. "
+             "`before` is the code before issue 16 and `after` this branch, run alternately "
+             f"per worker count with the same script. In-process: median of {ref['median_of']} "
+             f"runs of {ref['requests']} requests, 256 in flight; gateway: "
+             f"{ref['gateway_requests']} unary Submit calls, "
+             f"{ref['gateway_concurrency_per_client']} in flight from a client process; "
+             f"SubmitBatch: {ref['requests']} requests in calls of {ref['gateway_batch_chunk']}, "
+             f"{ref['gateway_batch_calls_in_flight']} calls in flight. Scheduler CPU: in-process, "
+             "the loop thread's CPU minus the driver's and the simulated workers'; gateway, the "
+             "CPU inside the scheduler's methods; server CPU: the whole gateway process.", "",
+             "| workers | path | run | req/s | scheduler CPU µs/req | server CPU µs/req | "
+             "p50 ms | p99 ms |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for w in ws:
+        for key, name in SIM_PATHS.items():
+            for label in runs:
+                r = data[label]["rows"].get(str(w), {}).get(key)
+                if r is None:
+                    continue
+                server = r.get("server_cpu_us_per_req")
+                lines.append(
+                    f"| {w} | {name} | {label} | {r['req_per_s']:,.0f} | "
+                    f"{r['scheduler_cpu_us_per_req']:.0f} | "
+                    f"{'' if server is None else f'{server:.0f}'} | {r['p50_ms']:.1f} | "
+                    f"{r['p99_ms']:.1f} |"
+                )
+    series: dict[str, list] = {}
+    cpu: dict[str, list] = {}
+    for label in runs:
+        rows = data[label]["rows"]
+        for key, name in SIM_PATHS.items():
+            ys = [rows.get(str(w), {}).get(key) for w in ws]
+            if all(y is not None for y in ys):
+                series[f"{name} ({label})"] = [y["req_per_s"] for y in ys]
+                cpu[f"{name} ({label})"] = [y["scheduler_cpu_us_per_req"] for y in ys]
+    png = plot_lines(ws, series, "workers", "requests/s", "Scheduler throughput vs fleet size",
+                     "scheduler_sim_rps.png", logx=True)  # fmt: skip
+    png2 = plot_lines(ws, cpu, "workers", "scheduler CPU µs per request",
+                      "Scheduler cost per request vs fleet size", "scheduler_sim_cpu.png",
+                      logx=True)  # fmt: skip
+    lines += ["", f"![scheduler req/s](results/{png})", "", f"![scheduler CPU](results/{png2})", ""]
+    after = data.get("after", {}).get("rows", {})
+    if "8" in after and "256" in after:
+        a8, a256 = after["8"]["in_process"], after["256"]["in_process"]
+        lines += [f"After, in-process: {a256['req_per_s']:,.0f} req/s at 256 workers = "
+                  f"{a256['req_per_s'] / a8['req_per_s']:.2f}x the 8-worker figure "
+                  f"({a8['req_per_s']:,.0f}); CPU per request {a256['scheduler_cpu_us_per_req']:.0f}"
+                  f" vs {a8['scheduler_cpu_us_per_req']:.0f} µs.", ""]  # fmt: skip
+    return lines
+
+
 def http_section(data: dict | None) -> list[str]:
     """bench/http_overhead.py: OpenAI HTTP vs gRPC gateway vs in-process, one run."""
     if not data:
@@ -284,6 +352,10 @@ def main() -> None:
         stem = path.stem
         out += [f"## Peers on a Qwen3.5-shape model ({stem.split('_', 1)[1]})", ""]
         out += peers_section(json.loads(path.read_text()), stem)
+    sim = load("scheduler_sim.json")
+    if sim:
+        out += ["## Scheduler cost vs fleet size (simulated workers, CPU)", ""]
+        out += scheduler_sim_section(sim)
     greal = load("gguf_real_cpu.json")
     if greal:
         try:

@@ -3,7 +3,10 @@ with messages that name the value and the fix (INVALID_ARGUMENT)."""
 
 from __future__ import annotations
 
-from cluster.requests import INVALID_ARGUMENT, GenerateInput, SchedulerError
+from dataclasses import dataclass
+
+from cluster.policy import PendingRequest
+from cluster.requests import INVALID_ARGUMENT, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
 from contract.types import EngineInfo
 
@@ -45,27 +48,65 @@ def tokenize_input(inp: GenerateInput, tokenizer: TextTokenizer | None) -> list[
     return tokens
 
 
-def check_fits(prompt: list[int], max_tokens: int, kv_need: int, known: list[EngineInfo]) -> None:
+@dataclass(frozen=True)
+class EngineLimits:
+    """The largest vocabulary, context and KV budget among the workers seen so far: a request
+    is admitted when some worker could run it, so only these maxima matter. The scheduler
+    recomputes them when a worker connects, not per request."""
+
+    vocab_size: int
+    max_context: int
+    kv_budget_tokens: int
+
+    @classmethod
+    def of(cls, known: list[EngineInfo]) -> EngineLimits | None:
+        if not known:
+            return None
+        return cls(
+            max(e.vocab_size for e in known),
+            max(e.max_context for e in known),
+            max(e.kv_budget_tokens for e in known),
+        )
+
+
+def check_fits(
+    prompt: list[int], max_tokens: int, kv_need: int, limits: EngineLimits | None
+) -> None:
     """Raise unless some known worker could run this request (no worker known yet: accept;
     the worker validates at dispatch)."""
-    if not known:
+    if limits is None:
         return
     n = len(prompt)
-    vocab = max(e.vocab_size for e in known)
-    bad = [t for t in prompt if not 0 <= t < vocab]
-    if bad:
+    vocab = limits.vocab_size
+    if min(prompt) < 0 or max(prompt) >= vocab:
+        bad = [t for t in prompt if not 0 <= t < vocab]
         raise SchedulerError(
             INVALID_ARGUMENT, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})"
         )
-    if not any(n < e.max_context for e in known):
+    if n >= limits.max_context:
         raise SchedulerError(
             INVALID_ARGUMENT,
             f"prompt length {n} leaves no room in the context of "
-            f"{max(e.max_context for e in known)} tokens: shorten the prompt",
+            f"{limits.max_context} tokens: shorten the prompt",
         )
-    if not any(kv_need <= e.kv_budget_tokens for e in known):
+    if kv_need > limits.kv_budget_tokens:
         raise SchedulerError(
             INVALID_ARGUMENT,
             f"prompt length {n} + max_tokens {max_tokens} exceeds every worker's KV budget: "
             "lower max_tokens or shorten the prompt",
         )
+
+
+def pending_request(state: RequestState, limits: EngineLimits | None) -> PendingRequest:
+    """What the policy queues for a request: its committed prefix as prompt, and as many new
+    tokens as the largest context leaves room for (the engine reserves at most this)."""
+    n = len(state.prompt) + len(state.tokens)
+    room = limits.max_context - n if limits else state.remaining
+    return PendingRequest(
+        request_id=state.request_id,
+        num_prompt_tokens=n,
+        max_tokens=max(1, min(state.remaining, room)),
+        arrival=state.arrival,
+        priority=state.priority,
+        deadline=state.deadline,
+    )

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from cluster.batch_inflight import ChunkedBackend, chunk_size, submit_chunk
 from cluster.openai_format import (
     BodyError,
     GenerationResult,
@@ -257,7 +258,7 @@ def _partial(final: Path) -> Path:
     return partial
 
 
-def run_batch(config: BatchJobConfig, backend: Backend) -> BatchSummary:
+def run_batch(config: BatchJobConfig, backend: Backend | ChunkedBackend) -> BatchSummary:
     out_final, err_final = Path(config.output_path), config.errors
     out_partial, err_partial = _partial(out_final), _partial(err_final)
     retry = _failed if config.retry_failed else None
@@ -278,7 +279,8 @@ def run_batch(config: BatchJobConfig, backend: Backend) -> BatchSummary:
     todo = [r for r in requests if r[0] not in done]
     summary.num_resumed = len(requests) - len(todo)
     start = time.monotonic()
-    progress = Progress(len(requests), summary.num_resumed, enabled=config.progress)
+    status = backend.status if isinstance(backend, ChunkedBackend) else None
+    progress = Progress(len(requests), summary.num_resumed, enabled=config.progress, status=status)
     with _open_append(out_partial) as out, _open_append(err_partial) as err:
         for e in malformed:
             if e["line"] not in err_done:
@@ -317,10 +319,35 @@ def run_batch(config: BatchJobConfig, backend: Backend) -> BatchSummary:
             progress.update(tokens=summary.num_generated_tokens, failed=True)
 
         def call(cid: str, url: str | None, body: Any) -> tuple[ParsedBody, GenerationResult]:
+            assert not isinstance(backend, ChunkedBackend)
             parsed = parse_body(body, url)
             return parsed, backend(parsed, cid)
 
         pending: dict[Future[tuple[ParsedBody, GenerationResult]], tuple[str, str | None]] = {}
+
+        def drain(limit: int) -> None:
+            while len(pending) > limit:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    record(*pending.pop(f), f)
+
+        if isinstance(backend, ChunkedBackend):
+            # Chunks of a quarter of the in-flight target, the target re-read as the fleet
+            # changes: the fleet stays full while a chunk's slowest request finishes.
+            with ThreadPoolExecutor(max_workers=64) as chunk_pool:
+                chunk: list[tuple[str, str | None, Any]] = []
+                for line in todo:
+                    limit = backend.in_flight()
+                    chunk.append(line)
+                    if len(chunk) >= chunk_size(limit, backend.max_chunk):
+                        drain(max(limit - len(chunk), 0))
+                        pending.update(submit_chunk(chunk_pool, backend, chunk))
+                        chunk = []
+                if chunk:
+                    drain(max(backend.in_flight() - len(chunk), 0))
+                    pending.update(submit_chunk(chunk_pool, backend, chunk))
+                drain(0)
+            todo = []
         with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
             for cid, url, body in todo:
                 while len(pending) >= 2 * config.concurrency:  # bounded memory on huge inputs
@@ -341,7 +368,7 @@ def run_batch(config: BatchJobConfig, backend: Backend) -> BatchSummary:
 
 def main_with_backend(
     config: BatchJobConfig,
-    backend: Backend,
+    backend: Backend | ChunkedBackend,
     summary_json: Path | None,
     finish: Callable[[BatchSummary], None] | None = None,
 ) -> int:

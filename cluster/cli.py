@@ -12,8 +12,6 @@ specfleet convert FILE.gguf OUT_DIR        # a GGUF file -> an mlx-lm model dire
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import signal
 import sys
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import workers
+from cluster.batch_inflight import batch_request_id, fleet_backend
 from cluster.batch_job import BatchJobConfig, BatchSummary, main_with_backend
 from cluster.openai_format import BodyError, GenerationResult, ParsedBody
 from workers.service.engine_spec import EngineSpec, add_engine_args
@@ -56,7 +55,13 @@ def _add_batch_args(p: argparse.ArgumentParser, required: bool) -> None:
     g = p.add_argument_group("offline batch")
     g.add_argument("-o", "--output", required=required, help="output JSONL (OpenAI Batch format)")
     g.add_argument("--errors", help="error file (default: OUTPUT with .errors.jsonl)")
-    g.add_argument("--concurrency", type=int, default=64, help="requests in flight (default 64)")
+    g.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight (default: the fleet's batch slots x 1.5, re-read as workers "
+        "join or leave)",
+    )
     g.add_argument("--summary-json", help="also write the summary as JSON here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument(
@@ -133,8 +138,7 @@ def client_backend(client: Any, retries: int = 8) -> Any:
 
     def call(parsed: ParsedBody, custom_id: str) -> GenerationResult:
         prompt = parsed.messages if parsed.is_chat else parsed.prompt
-        key = json.dumps([custom_id, prompt, repr(parsed.params)], sort_keys=True)
-        rid = "batch-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+        rid = batch_request_id(parsed, custom_id)
         for attempt in range(retries + 1):
             try:
                 res = client.generate(
@@ -203,13 +207,13 @@ def _batch(
         Path(input_path),
         Path(args.output),
         Path(args.errors) if args.errors else None,
-        concurrency=args.concurrency,
+        concurrency=args.concurrency or 64,  # threads of the one-call-per-request path
         progress=not args.no_progress,
         retry_failed=not args.keep_failed,
     )
     with _client(address, args) as client:
         summary_json = Path(args.summary_json) if args.summary_json else None
-        backend = client_backend(client, args.max_retries)
+        backend = fleet_backend(client, args.concurrency, args.max_retries)
         urls = list(metrics_urls)
         before = spec_counters(urls)
 

@@ -16,6 +16,7 @@ the re-run produces the same tokens, and the ones already delivered are skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import ssl
 import time
@@ -225,13 +226,15 @@ class Client:
 
     def generate_batch(
         self,
-        prompts: Sequence[Prompt],
+        prompts: Sequence[Prompt | GenerateInput],
         *,
         timeout: float | None = None,
         return_exceptions: bool = False,
         **kw: Any,
     ) -> list[CompletionResult | SpecfleetError]:
-        """All prompts in one call; per-item errors raise (or are returned in place)."""
+        """All prompts in one call; per-item errors raise (or are returned in place). An item
+        may be a whole `GenerateInput` (its own params, priority, request id); `kw` then does
+        not apply to it."""
         req = pb.SubmitBatchRequest(requests=[self._request(p, dict(kw)) for p in prompts])
         resp = self._retrying(
             lambda: self._stub.SubmitBatch(req, metadata=self._md, timeout=timeout)
@@ -262,11 +265,15 @@ class Client:
         except grpc.RpcError as e:
             raise _from_rpc(e) from None
 
-    def _request(self, prompt: Prompt, kw: dict[str, Any]) -> pb.GenerateRequest:
+    def _request(self, prompt: Prompt | GenerateInput, kw: dict[str, Any]) -> pb.GenerateRequest:
         # Always send an id: it is what makes a retry attach instead of running twice.
         kw.setdefault("request_id", None)
         kw["request_id"] = kw["request_id"] or f"req-{uuid.uuid4().hex}"
         try:
+            if isinstance(prompt, GenerateInput):
+                if prompt.request_id is None:
+                    prompt = dataclasses.replace(prompt, request_id=kw["request_id"])
+                return codec.request_to_pb(prompt)
             inp = make_input(prompt, **kw)
             return codec.request_to_pb(inp)
         except (SchedulerError, ValueError) as e:

@@ -91,19 +91,34 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 await context.abort(_status(d.error_code), d.error or d.error_code)
             yield codec.event_to_pb(d)
 
-    async def _run_one(
-        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GenerateResult:
-        state = self._admit(request, context)
-        last: Delta | None = None
-        async for d in self._follow(state, context):
-            last = d
-        assert last is not None
+    async def _finals(self, states: list[RequestState]) -> list[Delta]:
+        """Wait for the last delta of each request (futures, not a task per request); a caller
+        that goes away cancels its requests that nobody else waits for."""
+        waiters = [self.sched.final(s) for s in states]
+        try:
+            return await asyncio.gather(*(w.future for w in waiters))
+        finally:
+            for s, w in zip(states, waiters):
+                w.future.cancel()  # a no-op once it has its result
+                if w in s.subscribers:
+                    s.subscribers.remove(w)
+                if not s.finished and not s.subscribers:
+                    self.sched.cancel(s.request_id)
+
+    @staticmethod
+    def _result(state: RequestState, last: Delta) -> pb.GenerateResult:
         if last.error_code:
             raise SchedulerError(last.error_code, last.error or last.error_code)
         return codec.result_to_pb(
             state.request_id, state.text, list(state.tokens), last, state.lp()
         )
+
+    async def _run_one(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GenerateResult:
+        state = self._admit(request, context)
+        (last,) = await self._finals([state])
+        return self._result(state, last)
 
     async def Submit(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
@@ -123,17 +138,24 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 f"requests: {len(request.requests)} items is over {MAX_BATCH_ITEMS}; split it",
             )
 
-        async def one(msg: pb.GenerateRequest) -> pb.BatchItem:
+        # Admit every item first (one scheduler round can then take them all), then wait.
+        items: list[pb.BatchItem | None] = []
+        admitted: list[tuple[int, RequestState]] = []
+        for msg in request.requests:
             try:
-                res = await self._run_one(msg, context)
-                return pb.BatchItem(request_id=res.request_id, result=res)
+                admitted.append((len(items), self._admit(msg, context)))
+                items.append(None)
             except SchedulerError as e:
-                return pb.BatchItem(
-                    request_id=msg.request_id, error=pb.Error(code=e.code, message=e.message)
+                items.append(_error_item(msg.request_id, e))
+        finals = await self._finals([s for _, s in admitted])
+        for (i, state), last in zip(admitted, finals):
+            try:
+                items[i] = pb.BatchItem(
+                    request_id=state.request_id, result=self._result(state, last)
                 )
-
-        items = await asyncio.gather(*(one(m) for m in request.requests))
-        return pb.SubmitBatchResponse(items=items)
+            except SchedulerError as e:
+                items[i] = _error_item(state.request_id, e)
+        return pb.SubmitBatchResponse(items=[x for x in items if x is not None])  # all set
 
     async def Cancel(
         self, request: pb.CancelRequest, context: grpc.aio.ServicerContext
@@ -174,6 +196,10 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     e.max_context,
                 )
         return resp
+
+
+def _error_item(request_id: str, e: SchedulerError) -> pb.BatchItem:
+    return pb.BatchItem(request_id=request_id, error=pb.Error(code=e.code, message=e.message))
 
 
 def _handlers(servicer: GatewayServicer) -> grpc.GenericRpcHandler:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 
@@ -18,6 +19,7 @@ class Progress:
         enabled: bool = True,
         stream: IO[str] | None = None,
         width: int = 30,
+        status: Callable[[], str] | None = None,
     ) -> None:
         self.total, self.done, self.failed = total, initial, 0
         self.initial = initial
@@ -25,6 +27,7 @@ class Progress:
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.width = width
+        self.status = status  # e.g. fleet utilisation, appended to each line
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
         self._last_draw = 0.0
@@ -46,9 +49,10 @@ class Progress:
         rate = (self.done - self.initial) / elapsed
         bar = "#" * filled + "." * (self.width - filled)
         fail = f" {self.failed} failed" if self.failed else ""
+        extra = f" | {self.status()}" if self.status is not None else ""
         return (
             f"[{bar}] {self.done}/{self.total} {frac:6.1%} {rate:6.1f} req/s "
-            f"{self.tokens / elapsed:7.1f} tok/s{fail}"
+            f"{self.tokens / elapsed:7.1f} tok/s{fail}{extra}"
         )
 
     def _draw(self, force: bool = False) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from contract.requests import Delta, GenerateInput, SchedulerError, Usage
 from contract.status import StatusCode
@@ -23,10 +23,36 @@ CANCELLED = StatusCode.CANCELLED
 UNAVAILABLE = StatusCode.UNAVAILABLE
 INTERNAL = StatusCode.INTERNAL
 
-__all__ = ["Delta", "GenerateInput", "RequestState", "SchedulerError", "StatusCode", "Usage"]
+__all__ = [
+    "Delta",
+    "FinalWaiter",
+    "GenerateInput",
+    "RequestState",
+    "SchedulerError",
+    "StatusCode",
+    "Subscriber",
+    "Usage",
+]
 
 
-@dataclass
+class Subscriber(Protocol):
+    def put_nowait(self, item: Delta, /) -> None: ...
+
+
+class FinalWaiter:
+    """A subscriber that wants only the last delta (unary calls): a future, no queue."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Delta]) -> None:
+        self.future = future
+
+    def put_nowait(self, item: Delta, /) -> None:
+        if item.finished and not self.future.done():
+            self.future.set_result(item)
+
+
+@dataclass(slots=True)
 class RequestState:
     request_id: str
     prompt: list[int]  # [num_prompt_tokens]
@@ -51,7 +77,7 @@ class RequestState:
     requeues: int = 0
     finished: bool = False
     final: Delta | None = None
-    subscribers: list[asyncio.Queue[Delta]] = field(default_factory=list)
+    subscribers: list[Subscriber] = field(default_factory=list)  # queues or FinalWaiters
 
     @property
     def remaining(self) -> int:

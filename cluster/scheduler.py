@@ -14,12 +14,19 @@ request in flight there is re-queued (ahead of the queue bound) with its committ
 SamplingParams.num_resumed_tokens saying how much of that prompt is output (presence_penalty
 counts it as output). Greedy and position-keyed seeded sampling depend only on that prefix, so
 the client sees the same tokens as in a run without the fault.
+
+Cost: nothing here scans every worker or every request per event. The fleet's free capacity
+is an index (cluster/fleet.py) updated as requests are dispatched and released, admission
+checks maxima recomputed when a worker connects, deadlines sit in timer heaps, and the loop
+wakes only when a round could dispatch or a timer is due, so requests arriving within the
+coalescing window (e.g. concurrent gateway calls) leave in one round.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import itertools
 import logging
 import secrets
@@ -27,64 +34,20 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any
 
 from cluster import requests as rq
-from cluster.admission import check_fits, tokenize_input
+from cluster.admission import EngineLimits, check_fits, pending_request, tokenize_input
 from cluster.metrics import SchedulerMetrics
-from cluster.policy import Batch, BatchPolicy, PendingRequest, PolicyConfig, QueueFullError
-from cluster.policy import WorkerCapacity as Capacity
-from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
+from cluster.policy import Batch, BatchPolicy, Fleet, QueueFullError
+from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, SchedulerError
+from cluster.scheduler_types import MAX_ATTEMPTS, SchedulerConfig, WorkerLink, WorkerSlot
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
 from contract.types import RequestOutput
 
 log = logging.getLogger(__name__)
-MAX_ATTEMPTS = 32
-
-
-class WorkerLink(Protocol):
-    worker_id: str
-
-    def send(self, submit: list[WorkerSubmit], abort: list[str]) -> None:
-        """Queue one session message; never blocks. A broken link reports a disconnect."""
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    finished_cache_size: int = 10_000  # finished requests kept for idempotent retries
-
-    def __post_init__(self) -> None:
-        if self.finished_cache_size < 0:
-            raise ValueError(
-                f"SchedulerConfig.finished_cache_size={self.finished_cache_size!r}: use >= 0"
-            )
-
-
-@dataclass
-class WorkerSlot:
-    link: WorkerLink
-    status: WorkerStatus | None = None
-    connected: bool = False
-    connections: int = 0
-    inflight: dict[str, str] = field(default_factory=dict)  # wire id -> request id
-    kv_inflight: int = 0
-    address: str = ""
-    metrics_url: str = ""
-
-    def capacity(self) -> Capacity | None:
-        if not self.connected or self.status is None or self.status.state != "serving":
-            return None
-        e = self.status.engine
-        return Capacity(
-            worker_id=self.link.worker_id,
-            free_slots=e.max_batch_size - len(self.inflight),
-            kv_free_tokens=e.kv_budget_tokens - self.kv_inflight,
-            num_inflight=len(self.inflight),
-            max_slots=e.max_batch_size,
-        )
+__all__ = ["MAX_ATTEMPTS", "Scheduler", "SchedulerConfig", "WorkerLink", "WorkerSlot"]
 
 
 class Scheduler:
@@ -94,23 +57,34 @@ class Scheduler:
         tokenizer: TextTokenizer | None = None,
         metrics: SchedulerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config or SchedulerConfig()
         self.tokenizer = tokenizer
         self.metrics = metrics or SchedulerMetrics()
         self.clock = clock
+        self.on_fatal = on_fatal  # e.g. exit the process so Ray restarts the actor
         self.policy = BatchPolicy(self.config.policy)
+        self.fleet = Fleet()  # free capacity of serving workers, kept up to date incrementally
+        self.limits: EngineLimits | None = None  # maxima over every worker seen (admission)
+        self.failed: str | None = None  # set when the dispatch loop gave up (fail fast)
         self.workers: dict[str, WorkerSlot] = {}
         self.live: dict[str, RequestState] = {}
         self.finished: OrderedDict[str, RequestState] = OrderedDict()
         self._wire: dict[str, str] = {}  # current wire id -> request id
         self._dispatches = itertools.count(1)  # makes every wire id unique
+        self._running_deadlines: list[tuple[float, str]] = []  # (deadline, wire id) in flight
         self._wake = asyncio.Event()
+        self._armed_at: float | None = None  # clock time the loop's timer wakes it, if set
+        self._outcomes: dict[str, Any] = {}  # labelled children of metrics.requests
         self._task: asyncio.Task[None] | None = None
 
     # -- workers ----------------------------------------------------------------------------
     def add_worker(self, link: WorkerLink, address: str = "", metrics_url: str = "") -> None:
-        self.workers[link.worker_id] = WorkerSlot(link, address=address, metrics_url=metrics_url)
+        slot = WorkerSlot(link, address=address, metrics_url=metrics_url)
+        self.workers[link.worker_id] = slot
+        # Read at scrape time: nothing to update per dispatch.
+        self.metrics.inflight.labels(link.worker_id).set_function(lambda: len(slot.inflight))
 
     def worker_connected(self, worker_id: str, status: WorkerStatus, address: str = "") -> None:
         slot = self.workers[worker_id]
@@ -119,6 +93,8 @@ class Scheduler:
         slot.connections += 1
         if slot.connections > 1:
             self.metrics.worker_restarts.labels(worker_id).inc()
+        self.limits = EngineLimits.of([s.status.engine for s in self.workers.values() if s.status])
+        self._index(slot)
         self._count_connected()
         self._kick()
 
@@ -128,13 +104,13 @@ class Scheduler:
         if slot is None:
             return
         slot.connected = False
+        self.fleet.remove(worker_id)
         inflight, slot.inflight, slot.kv_inflight = slot.inflight, {}, 0
         for wire_id, rid in inflight.items():
             self._wire.pop(wire_id, None)
             state = self.live.get(rid)
             if state is not None and state.wire_id == wire_id:
                 self._requeue(state, f"worker {worker_id} lost: {reason}")
-        self.metrics.inflight.labels(worker_id).set(0)
         self._count_connected()
         self._kick()
 
@@ -147,12 +123,11 @@ class Scheduler:
             if isinstance(ev, WorkerRejection):
                 self._release(state)
                 if ev.code == rq.INVALID_ARGUMENT:
-                    self._fail(state, rq.INVALID_ARGUMENT, f"{ev.field}: {ev.message}")
+                    self._finish(state, "error", rq.INVALID_ARGUMENT, f"{ev.field}: {ev.message}")
                 else:
                     self._requeue(state, f"worker {worker_id} refused: {ev.code} {ev.message}")
                 continue
             self._apply(state, ev, worker_id)
-        self._kick()
 
     # -- requests -----------------------------------------------------------------------------
     def submit(self, inp: GenerateInput) -> RequestState:
@@ -161,7 +136,16 @@ class Scheduler:
         existing = self.live.get(rid) or self.finished.get(rid)
         if existing is not None and not (existing.final and existing.final.error_code):
             return existing  # idempotent retry
-        prompt = self._tokenize(inp)
+        if self.failed is not None:
+            raise SchedulerError(rq.UNAVAILABLE, f"the scheduler failed: {self.failed}")
+        if len(self.policy) >= self.config.policy.max_queue:
+            # Refuse before tokenizing: a full queue must be cheap to hear about.
+            self.metrics.rejected.labels("queue_full").inc()
+            raise SchedulerError(
+                rq.RESOURCE_EXHAUSTED,
+                f"waiting queue is full ({self.config.policy.max_queue} requests): retry later",
+            )
+        prompt = tokenize_input(inp, self.tokenizer)
         now = self.clock()
         if inp.timeout_s is not None and inp.timeout_s <= 0:
             raise SchedulerError(rq.INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
@@ -179,16 +163,22 @@ class Scheduler:
             deadline=None if inp.timeout_s is None else now + inp.timeout_s,
             detok=self.tokenizer.detokenizer() if self.tokenizer else None,
         )
-        self._check_fits(state)
+        pending = pending_request(state, self.limits)
+        check_fits(prompt, params.max_tokens, pending.kv_tokens, self.limits)
         try:
-            self.policy.submit(self._pending(state))
+            self.policy.submit(pending)
         except QueueFullError as e:
             self.metrics.rejected.labels("queue_full").inc()
             raise SchedulerError(rq.RESOURCE_EXHAUSTED, str(e)) from None
         self.finished.pop(rid, None)
         self.live[rid] = state
-        self.metrics.queue_depth.set(len(self.policy))
-        self._kick()
+        # Coalescing: wake the loop only when a round could dispatch now, or when this
+        # request's timer comes before the loop's; otherwise the timer's round takes it along
+        # with every other arrival of the window (one round for many concurrent calls).
+        if self.policy.may_leave(self.fleet.total_free_slots) or (
+            self._armed_at is None or self.policy.first_timer(pending) < self._armed_at
+        ):
+            self._kick()
         return state
 
     async def stream(self, state: RequestState) -> AsyncIterator[Delta]:
@@ -209,6 +199,16 @@ class Scheduler:
                     return
         finally:
             state.subscribers.remove(q)
+
+    def final(self, state: RequestState) -> FinalWaiter:
+        """Subscribe to the request's last delta only (cheaper than `stream` for unary calls);
+        the caller removes the waiter from `state.subscribers` when it stops waiting."""
+        waiter = FinalWaiter(asyncio.get_running_loop().create_future())
+        if state.final is not None:
+            waiter.future.set_result(state.final)
+        else:
+            state.subscribers.append(waiter)
+        return waiter
 
     def cancel(self, request_id: str) -> bool:
         state = self.live.get(request_id)
@@ -235,29 +235,63 @@ class Scheduler:
         self._wake.set()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
         while True:
             self._wake.clear()
             now = self.clock()
             try:
                 self._tick(now)
-            except Exception:  # a bug here must not silently stop all dispatching
-                log.exception("scheduler tick failed; continuing")
+                failures = 0
+            except Exception as e:  # a bug here must neither stop dispatching silently ...
+                failures += 1
+                self.metrics.tick_failures.inc()
+                log.exception("scheduler tick failed (%d in a row)", failures)
+                if failures >= self.config.max_tick_failures:  # ... nor be retried forever
+                    self._fail_fast(f"dispatch failed {failures} times in a row: {e!r}")
+                    return
                 await asyncio.sleep(0.01)
-            wake = self.policy.next_wakeup(now)
-            running = [s.deadline for s in self.live.values() if s.deadline and s.worker_id]
-            if running:
-                wake = min([wake, *running]) if wake is not None else min(running)
-            timeout = None if wake is None else max(wake - self.clock(), 0.0005)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+                continue
+            if self._wake.is_set():
+                await asyncio.sleep(0)  # something arrived during the tick: go again soon
+                continue
+            wake = self._armed_at = self._next_wakeup(now)
+            timer = None
+            if wake is not None:
+                delay = max(wake - self.clock(), 0.0005)
+                timer = loop.call_at(loop.time() + delay, self._wake.set)
+            await self._wake.wait()
+            self._armed_at = None
+            if timer is not None:
+                timer.cancel()
+
+    def _next_wakeup(self, now: float) -> float | None:
+        wake = self.policy.next_wakeup(now)
+        heap = self._running_deadlines
+        while heap and not self._running(heap[0][1]):
+            heapq.heappop(heap)  # finished or requeued since
+        if heap and (wake is None or heap[0][0] < wake):
+            wake = heap[0][0]
+        return wake
+
+    def _running(self, wire_id: str) -> RequestState | None:
+        rid = self._wire.get(wire_id)
+        state = self.live.get(rid) if rid is not None else None
+        return state if state is not None and state.wire_id == wire_id else None
+
+    def _fail_fast(self, reason: str) -> None:
+        log.critical("scheduler failing fast: %s", reason)
+        self.failed = reason
+        for state in list(self.live.values()):
+            self._finish(state, "abort", rq.UNAVAILABLE, f"the scheduler failed: {reason}")
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
 
     def _tick(self, now: float) -> None:
         self._expire(now)
-        caps = [c for s in self.workers.values() if (c := s.capacity()) is not None]
-        for batch in self.policy.form_batches(caps, now):
-            self._dispatch(batch, now)
+        if self.fleet.total_free_slots > 0 and len(self.policy):
+            for batch in self.policy.form_batches(self.fleet, now):
+                self._dispatch(batch, now)
         self.metrics.queue_depth.set(len(self.policy))
 
     def _expire(self, now: float) -> None:
@@ -265,9 +299,26 @@ class Scheduler:
             state = self.live.get(p.request_id)
             if state is not None:
                 self._finish(state, "abort", rq.DEADLINE_EXCEEDED, "deadline passed while queued")
-        for state in list(self.live.values()):
-            if state.deadline is not None and state.deadline <= now:
+        heap = self._running_deadlines
+        while heap and heap[0][0] <= now:
+            state = self._running(heapq.heappop(heap)[1])
+            if state is not None:
                 self._finish(state, "abort", rq.DEADLINE_EXCEEDED, "deadline passed")
+
+    def _push_running_deadline(self, deadline: float, wire_id: str) -> None:
+        heap = self._running_deadlines
+        heapq.heappush(heap, (deadline, wire_id))
+        if len(heap) > 2 * len(self._wire) + 64:  # mostly finished attempts: drop them
+            self._running_deadlines = [e for e in heap if self._running(e[1]) is not None]
+            heapq.heapify(self._running_deadlines)
+
+    def _index(self, slot: WorkerSlot) -> None:
+        """Tell the fleet index what this worker can take now (or that it takes nothing)."""
+        cap = slot.capacity()
+        if cap is None:
+            self.fleet.remove(slot.link.worker_id)
+        else:
+            self.fleet.set(cap)
 
     def _dispatch(self, batch: Batch, now: float) -> None:
         slot = self.workers[batch.worker_id]
@@ -284,16 +335,19 @@ class Scheduler:
             self._wire[state.wire_id] = state.request_id
             slot.inflight[state.wire_id] = state.request_id
             slot.kv_inflight += p.kv_tokens
-            # The committed output travels as prompt; the worker still counts it as output.
-            params = dataclasses.replace(
-                state.params,
-                max_tokens=state.remaining,
-                num_resumed_tokens=state.params.num_resumed_tokens + len(state.tokens),
-            )
+            if state.deadline is not None:
+                self._push_running_deadline(state.deadline, state.wire_id)
+            params = state.params
+            if state.tokens:
+                # The committed output travels as prompt; the worker still counts it as output.
+                params = dataclasses.replace(
+                    params,
+                    max_tokens=state.remaining,
+                    num_resumed_tokens=params.num_resumed_tokens + len(state.tokens),
+                )
             submits.append(WorkerSubmit(state.wire_id, state.committed_prefix, params))
         self.metrics.batch_size.observe(len(batch.requests))
         self.metrics.padding_ratio.observe(batch.padding_ratio)
-        self.metrics.inflight.labels(batch.worker_id).set(len(slot.inflight))
         slot.link.send(submits, [])
 
     # -- per-request transitions ---------------------------------------------------------------
@@ -341,7 +395,8 @@ class Scheduler:
             return
         state.requeues += 1
         self.metrics.requeues.inc()
-        self.policy.submit(self._pending(state), requeue=True)
+        self.policy.submit(pending_request(state, self.limits), requeue=True)
+        self._kick()
 
     def _release(self, state: RequestState) -> None:
         """Free the worker capacity held by the current attempt (the state keeps its ids)."""
@@ -351,7 +406,9 @@ class Scheduler:
         slot = self.workers.get(state.worker_id or "")
         if slot is not None and slot.inflight.pop(state.wire_id, None) is not None:
             slot.kv_inflight -= state.kv_tokens
-            self.metrics.inflight.labels(slot.link.worker_id).set(len(slot.inflight))
+            self.fleet.release(slot.link.worker_id, state.kv_tokens)
+            if self.policy.may_leave(self.fleet.total_free_slots):
+                self._kick()  # a freed slot lets a waiting request go
 
     def _finish(
         self,
@@ -387,35 +444,15 @@ class Scheduler:
         )
         state.publish(state.final)
         self.live.pop(state.request_id, None)
-        self.metrics.requests.labels(code or "ok").inc()
+        outcome = self._outcomes.get(code or "ok")
+        if outcome is None:
+            outcome = self._outcomes[code or "ok"] = self.metrics.requests.labels(code or "ok")
+        outcome.inc()
         if self.config.finished_cache_size:
             self.finished[state.request_id] = state
             while len(self.finished) > self.config.finished_cache_size:
                 self.finished.popitem(last=False)
 
-    def _fail(self, state: RequestState, code: str, message: str) -> None:
-        self._finish(state, "error", code, message)
-
     # -- admission helpers -----------------------------------------------------------------
-    def _tokenize(self, inp: GenerateInput) -> list[int]:
-        return tokenize_input(inp, self.tokenizer)
-
-    def _check_fits(self, state: RequestState) -> None:
-        known = [s.status.engine for s in self.workers.values() if s.status is not None]
-        check_fits(state.prompt, state.params.max_tokens, self._pending(state).kv_tokens, known)
-
-    def _pending(self, state: RequestState) -> PendingRequest:
-        n = len(state.committed_prefix)
-        contexts = [s.status.engine.max_context for s in self.workers.values() if s.status]
-        room = max(contexts) - n if contexts else state.remaining
-        return PendingRequest(
-            request_id=state.request_id,
-            num_prompt_tokens=n,
-            max_tokens=max(1, min(state.remaining, room)),  # the engine reserves at most this
-            arrival=state.arrival,
-            priority=state.priority,
-            deadline=state.deadline,
-        )
-
     def _count_connected(self) -> None:
         self.metrics.workers_connected.set(sum(s.connected for s in self.workers.values()))

@@ -16,7 +16,7 @@ def test_parser_subcommands() -> None:
     a = p.parse_args(["up", "--workers", "3", "--batch", "in.jsonl", "-o", "out.jsonl"])
     assert a.command == "up" and a.workers == 3 and a.batch == "in.jsonl"
     b = p.parse_args(["batch", "in.jsonl", "-o", "out.jsonl", "--gateway", "h:1"])
-    assert b.command == "batch" and b.gateway == "h:1" and b.concurrency == 64
+    assert b.command == "batch" and b.gateway == "h:1" and b.concurrency is None  # fleet-sized
 
 
 def test_worker_delegates_to_worker_cli() -> None:

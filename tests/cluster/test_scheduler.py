@@ -126,7 +126,7 @@ def test_many_requests_exactly_match_reference() -> None:
                 assert last.usage.draft_tokens == 3 * len(toks)
             # Both workers served, batching happened, nothing left in flight.
             assert all(e.num_added > 10 for e in h.engines)
-            assert h.sched.metrics.batch_size._sum.get() == 120  # every request dispatched once
+            assert h.sched.metrics.batch_size.sum == 120  # every request dispatched once
             assert not h.sched.live and all(not s.inflight for s in h.sched.workers.values())
 
     asyncio.run(main())
