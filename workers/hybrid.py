@@ -18,13 +18,15 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from workers.cache_types import CacheOwner, concat_rows
+
 MAX_STATE_WINDOW = 17  # a verify window: up to 16 drafts + the last committed token
 
 
 class RaggedStateCache:
     """Conv and recurrent state of one GatedDeltaNet layer for every row of a batch."""
 
-    def __init__(self, owner: object):
+    def __init__(self, owner: CacheOwner):
         self.owner = owner
         self.conv: mx.array | None = None  # [B, kernel-1, C] last conv inputs per row
         self.state: mx.array | None = None  # [B, Hv, Dv, Dk] recurrent state per row
@@ -36,7 +38,7 @@ class RaggedStateCache:
         self._kernel = 0
 
     def make_mask(self, N: int, **_: object) -> mx.array:
-        valid = self.owner.window_valid_mx  # type: ignore[attr-defined]
+        valid = self.owner.window_valid_mx
         return mx.arange(N)[None, :] < valid[:, None]  # [B, N]
 
     def stage(
@@ -66,7 +68,7 @@ class RaggedStateCache:
         if self._all_states:
             pick = mx.maximum(n_mx - 1, 0)
         else:
-            valid = self.owner.window_valid  # type: ignore[attr-defined]
+            valid = self.owner.window_valid
             assert isinstance(n, np.ndarray) and ((n == 0) | (n == valid)).all(), (
                 "long windows commit whole rows only"
             )
@@ -80,8 +82,6 @@ class RaggedStateCache:
             self.conv, self.state = self.conv[rows], self.state[rows]
 
     def append_rows(self, other: RaggedStateCache, num_self: int, num_other: int) -> None:
-        from workers.kv_cache import concat_rows
-
         self.conv = concat_rows(self.conv, other.conv, num_self, num_other)
         self.state = concat_rows(self.state, other.state, num_self, num_other)
 

@@ -18,6 +18,11 @@ shared offset).
 
 One `BatchCache` owns the per-row lengths for all layers of one model, so the layers can never
 disagree about where a row ends.
+
+Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
+once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
+speculative output equal to plain output); attention reads the packed slots. Compaction, joins,
+row removal and rollback move lengths and whole slots, so they work on packed parts unchanged.
 """
 
 from __future__ import annotations
@@ -27,21 +32,37 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
+from workers.cache_types import CacheOwner, LayerCache, concat_rows
+from workers.hybrid import RaggedStateCache, install
+from workers.kv_quant import KVQuant
+
 STEP = 256  # grow the slot axis in multiples of this, as mlx-lm's KVCache does
 SPAN = 128  # attention reads slot spans rounded up to this (divides STEP)
+
+
+# What a layer hands mlx-lm's attention: keys/values [B, H, S, D], or for a quantized cache
+# (packed [B, H, S, D*bits/32], scales [B, H, S, D/g], biases [B, H, S, D/g]).
+Fetched = mx.array | tuple[mx.array, ...]
 
 
 class RaggedKVCache:
     """One attention layer's cache; the duck type mlx-lm attention expects.
 
     mlx-lm layers call `rope(x, offset=cache.offset)` then `cache.update_and_fetch(k, v)`;
-    the model calls `cache.make_mask(N)` through `create_attention_mask`.
+    the model calls `cache.make_mask(N)` through `create_attention_mask`. Keys and values are
+    stored as lists of parts that all share the [B, H, S_cap, *] layout (one part here, three
+    in QuantizedRaggedKVCache), so every storage operation works part by part along the slot
+    axis.
     """
 
-    def __init__(self, owner: BatchCache):
+    def __init__(self, owner: CacheOwner):
         self.owner = owner
-        self.keys: mx.array | None = None  # [B, H, S_cap, Dk]
-        self.values: mx.array | None = None  # [B, H, S_cap, Dv]
+        self.key_parts: list[mx.array] = []  # each [B, H, S_cap, *]
+        self.value_parts: list[mx.array] = []
+
+    @property
+    def keys(self) -> mx.array | None:
+        return self.key_parts[0] if self.key_parts else None  # [B, H, S_cap, Dk]
 
     # -- the mlx-lm duck type -------------------------------------------------------------
     @property
@@ -53,57 +74,90 @@ class RaggedKVCache:
     ) -> mx.array:
         return self.owner.window_mask(N, window_size)
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        B, H, W, Dk = keys.shape
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
+        W = keys.shape[2]
         needed = self.owner.window_end(W)
-        self._reserve(B, H, Dk, values.shape[3], keys.dtype, needed)
-        assert self.keys is not None and self.values is not None
+        new_k, new_v = self.encode(keys), self.encode(values)
+        self.key_parts = _reserve(self.key_parts, new_k, needed)
+        self.value_parts = _reserve(self.value_parts, new_v, needed)
         slots = self.owner.window_slots(W)  # [B, 1, W, 1]
-        self.keys = mx.put_along_axis(
-            self.keys, mx.broadcast_to(slots, (B, H, W, Dk)), keys, axis=2
-        )
-        self.values = mx.put_along_axis(
-            self.values, mx.broadcast_to(slots, (B, H, W, values.shape[3])), values, axis=2
-        )
-        return self.keys[..., :needed, :], self.values[..., :needed, :]
+        self.key_parts = [_write(old, new, slots) for old, new in zip(self.key_parts, new_k)]
+        self.value_parts = [_write(old, new, slots) for old, new in zip(self.value_parts, new_v)]
+        return self.fetch(self.key_parts, needed), self.fetch(self.value_parts, needed)
+
+    # -- what a slot stores (QuantizedRaggedKVCache overrides these two) ----------------------
+    def encode(self, x: mx.array) -> list[mx.array]:
+        return [x]
+
+    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
+        return parts[0][..., :needed, :]
 
     # -- storage ----------------------------------------------------------------------------
-    def _reserve(self, B: int, H: int, Dk: int, Dv: int, dtype: mx.Dtype, needed: int) -> None:
-        cap = 0 if self.keys is None else self.keys.shape[2]
-        if needed <= cap:
-            return
-        new_cap = ((needed + STEP - 1) // STEP) * STEP
-        grow_k = mx.zeros((B, H, new_cap - cap, Dk), dtype)
-        grow_v = mx.zeros((B, H, new_cap - cap, Dv), dtype)
-        if self.keys is None:
-            self.keys, self.values = grow_k, grow_v
-        else:
-            assert self.values is not None
-            self.keys = mx.concatenate([self.keys, grow_k], axis=2)
-            self.values = mx.concatenate([self.values, grow_v], axis=2)
-
     def arrays(self) -> list[mx.array]:
-        return [a for a in (self.keys, self.values) if a is not None]
+        return self.key_parts + self.value_parts
 
     def on_commit(self, n: np.ndarray | mx.array) -> None:
         pass  # kept tokens are already in place; the owner's lengths say where rows end
 
     def take_rows(self, rows: mx.array, max_len: int) -> None:
-        if self.keys is None or self.values is None:
-            return
         cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
-        self.keys = self.keys[rows, :, :cap]
-        self.values = self.values[rows, :, :cap]
+        self.key_parts = [p[rows, :, :cap] for p in self.key_parts]
+        self.value_parts = [p[rows, :, :cap] for p in self.value_parts]
 
     def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
-        mine_k, mine_v, their_k, their_v = self.keys, self.values, other.keys, other.values
-        if mine_k is not None and their_k is not None:
-            assert mine_v is not None and their_v is not None
-            cap = max(mine_k.shape[2], their_k.shape[2])
-            mine_k, mine_v = _pad_slots(mine_k, cap), _pad_slots(mine_v, cap)
-            their_k, their_v = _pad_slots(their_k, cap), _pad_slots(their_v, cap)
-        self.keys = concat_rows(mine_k, their_k, num_self, num_other)
-        self.values = concat_rows(mine_v, their_v, num_self, num_other)
+        self.key_parts = _append(self.key_parts, other.key_parts, num_self, num_other)
+        self.value_parts = _append(self.value_parts, other.value_parts, num_self, num_other)
+
+
+class QuantizedRaggedKVCache(RaggedKVCache):
+    """A ragged layer cache whose slots are quantized one position at a time (workers/kv_quant).
+
+    `bits` and `group_size` are what mlx-lm's attention looks for to read packed keys and
+    values with quantized_matmul.
+    """
+
+    def __init__(self, owner: CacheOwner, quant: KVQuant):
+        super().__init__(owner)
+        self.quant = quant
+        self.bits, self.group_size = quant.bits, quant.group_size
+
+    def encode(self, x: mx.array) -> list[mx.array]:
+        return self.quant.encode(x)
+
+    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
+        return tuple(p[..., :needed, :] for p in parts)
+
+
+def _reserve(parts: list[mx.array], new: list[mx.array], needed: int) -> list[mx.array]:
+    """Grow each stored part's slot axis to hold `needed` slots (in STEP multiples); `new`
+    (the window's encoded parts, [B, H, W, *]) gives the shapes and dtypes of a first one."""
+    cap = parts[0].shape[2] if parts else 0
+    if needed <= cap:
+        return parts
+    new_cap = ((needed + STEP - 1) // STEP) * STEP
+    grown = []
+    for i, n in enumerate(new):
+        B, H, _, D = n.shape
+        grow = mx.zeros((B, H, new_cap - cap, D), n.dtype)
+        grown.append(mx.concatenate([parts[i], grow], axis=2) if parts else grow)
+    return grown
+
+
+def _write(stored: mx.array, new: mx.array, slots: mx.array) -> mx.array:
+    """Scatter the window [B, H, W, D] at each row's own slots [B, 1, W, 1]."""
+    return mx.put_along_axis(stored, mx.broadcast_to(slots, new.shape), new, axis=2)
+
+
+def _append(
+    mine: list[mx.array], theirs: list[mx.array], num_self: int, num_other: int
+) -> list[mx.array]:
+    if mine and theirs:
+        cap = max(mine[0].shape[2], theirs[0].shape[2])
+        mine, theirs = [_pad_slots(x, cap) for x in mine], [_pad_slots(x, cap) for x in theirs]
+    a: list[mx.array | None] = list(mine) or [None] * len(theirs)
+    b: list[mx.array | None] = list(theirs) or [None] * len(mine)
+    out = [concat_rows(m, t, num_self, num_other) for m, t in zip(a, b)]
+    return [x for x in out if x is not None]
 
 
 def _pad_slots(x: mx.array, cap: int) -> mx.array:
@@ -112,41 +166,32 @@ def _pad_slots(x: mx.array, cap: int) -> mx.array:
     return mx.pad(x, [(0, 0), (0, 0), (0, cap - x.shape[2]), (0, 0)])
 
 
-def concat_rows(
-    mine: mx.array | None, theirs: mx.array | None, num_self: int, num_other: int
-) -> mx.array | None:
-    """Stack two groups of rows; a group that never ran a forward (no array yet) gets zeros
-    of the other's shape, so every row keeps a slot."""
-    if mine is None and theirs is None:
-        return None
-    if mine is None:
-        assert theirs is not None
-        mine = mx.zeros((num_self,) + theirs.shape[1:], theirs.dtype)
-    if theirs is None:
-        theirs = mx.zeros((num_other,) + mine.shape[1:], mine.dtype)
-    return mx.concatenate([mine, theirs])
-
-
 class BatchCache:
     """All layers' ragged caches of one model plus the per-row committed lengths."""
 
-    def __init__(self, recurrent: Sequence[bool], num_rows: int = 0):
-        from workers.hybrid import RaggedStateCache
-
+    def __init__(self, recurrent: Sequence[bool], num_rows: int = 0, quant: KVQuant | None = None):
         self.recurrent = list(recurrent)
+        self.quant = quant  # None: slots hold the model's dtype; else quantized per slot
         # [B] committed tokens per row: exact on the device (lengths_mx); on the host exact
         # after host commits, an upper bound after `commit_lazy` (a round still in flight).
         self.lengths = np.zeros(num_rows, dtype=np.int64)
-        self.layers: list = [
-            RaggedStateCache(self) if rec else RaggedKVCache(self) for rec in self.recurrent
-        ]
+        self.layers: list[LayerCache] = [self._layer(rec) for rec in self.recurrent]
         self.window_valid = np.zeros(num_rows, dtype=np.int64)  # [B] real tokens in the window
         self._slots: dict[int, mx.array] = {}  # reset by set_window_valid before each forward
         self._refresh()
 
     @classmethod
-    def for_model(cls, model: object, num_rows: int = 0) -> BatchCache:
-        return cls(layer_kinds(model), num_rows)
+    def for_model(
+        cls, model: object, num_rows: int = 0, quant: KVQuant | None = None
+    ) -> BatchCache:
+        return cls(layer_kinds(model), num_rows, quant)
+
+    def _layer(self, recurrent: bool) -> LayerCache:
+        if recurrent:
+            return RaggedStateCache(self)
+        return (
+            RaggedKVCache(self) if self.quant is None else QuantizedRaggedKVCache(self, self.quant)
+        )
 
     @property
     def num_rows(self) -> int:
@@ -245,16 +290,14 @@ class BatchCache:
             for layer in self.layers:
                 layer.take_rows(rows, max_len)
         else:
-            self.layers = BatchCache(self.recurrent).layers
-            for layer in self.layers:
-                layer.owner = self
+            self.layers = [self._layer(rec) for rec in self.recurrent]
         self.window_valid = window[keep_idx] if keep_idx else self.lengths.copy()
         # The device lengths may be ahead of the host's bounds (a round in flight): gather them.
         self.lengths_mx = self.lengths_mx[rows] if keep_idx else mx.zeros(0, dtype=mx.int32)
 
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
-        assert other.recurrent == self.recurrent
+        assert other.recurrent == self.recurrent and other.quant == self.quant
         for mine, theirs in zip(self.layers, other.layers):
             mine.append_rows(theirs, self.num_rows, other.num_rows)
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
@@ -275,8 +318,6 @@ class BatchCache:
 def layer_kinds(model: object) -> list[bool]:
     """Which layers are recurrent; fail early, naming the cache type, for unsupported ones."""
     from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
-
-    from workers.hybrid import install
 
     recurrent = install(model)
     make_cache = getattr(model, "make_cache", None)

@@ -1,0 +1,58 @@
+"""What the ragged batch cache's layers and their owner promise each other.
+
+`workers/kv_cache.py` (attention layers and the `BatchCache` owner) and `workers/hybrid.py`
+(recurrent layers) both build on these, so neither has to import the other's module to talk
+to it: kv_cache imports hybrid, hybrid imports only this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import mlx.core as mx
+import numpy as np
+
+
+class CacheOwner(Protocol):
+    """The per-row bookkeeping one `BatchCache` shares with all of its layers."""
+
+    lengths: np.ndarray  # [B] host upper bounds of the committed tokens per row
+    lengths_mx: mx.array  # [B] int32, exact committed tokens per row (device)
+    window_valid: np.ndarray  # [B] real tokens in the current window (the rest is padding)
+    window_valid_mx: mx.array  # [B] int32, the same on the device
+
+    def window_end(self, W: int) -> int: ...
+
+    def window_slots(self, W: int) -> mx.array: ...
+
+    def window_mask(self, W: int, window_size: int | None = None) -> mx.array: ...
+
+
+class LayerCache(Protocol):
+    """One layer's share of a ragged batch cache: what `BatchCache` calls on each layer."""
+
+    def make_mask(self, N: int, **kwargs: Any) -> mx.array: ...
+
+    def on_commit(self, n: np.ndarray | mx.array) -> None: ...
+
+    def take_rows(self, rows: mx.array, max_len: int) -> None: ...
+
+    # `other` is a layer of the same kind (each implementation names its own type)
+    def append_rows(self, other: Any, num_self: int, num_other: int) -> None: ...
+
+    def arrays(self) -> list[mx.array]: ...
+
+
+def concat_rows(
+    mine: mx.array | None, theirs: mx.array | None, num_self: int, num_other: int
+) -> mx.array | None:
+    """Stack two groups of rows; a group that never ran a forward (no array yet) gets zeros
+    of the other's shape, so every row keeps a slot."""
+    if mine is None and theirs is None:
+        return None
+    if mine is None:
+        assert theirs is not None
+        mine = mx.zeros((num_self,) + theirs.shape[1:], theirs.dtype)
+    if theirs is None:
+        theirs = mx.zeros((num_other,) + mine.shape[1:], mine.dtype)
+    return mx.concatenate([mine, theirs])

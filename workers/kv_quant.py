@@ -1,0 +1,103 @@
+"""Quantized ragged KV cache (EngineConfig.kv_bits): what one slot stores, what a token costs.
+
+Each slot -- one token's key (or value) for one KV head, a vector of head_dim numbers -- is
+quantized on its own by `mx.quantize` along the head dim, in groups of `group_size` that divide
+head_dim. No group spans two positions, so a slot's stored bytes are a function of that token's
+key alone: not of the window that wrote it, nor of its neighbours. A verify window writes its
+drafts' slots; the ones later rejected lie past the row's length and the next window overwrites
+them whole (packed weights, scales and biases), quantized from the values plain decoding would
+have written there. Every committed position is therefore quantized exactly once, the same way
+with or without a drafter, and speculative greedy output equals plain greedy output of the same
+kv_bits.
+
+Attention reads the packed slots directly: a cache layer with `bits` and `group_size`
+attributes makes mlx-lm's attention call `quantized_scaled_dot_product_attention`
+(quantized_matmul for q @ k^T and p @ v; it takes the ragged boolean mask), so the cache is
+never dequantized as a whole. The window's own keys are quantized before attention reads them,
+as in plain decoding, where a token's key is always read back from the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+KV_BITS = (4, 8)
+KV_GROUP_SIZES = (32, 64, 128)  # what mx.quantize supports
+
+
+@dataclass(frozen=True)
+class KVQuant:
+    bits: int
+    group_size: int = 64
+
+    def encode(self, x: mx.array) -> list[mx.array]:
+        """[B, H, W, D] -> [packed [B, H, W, D*bits/32] uint32, scales, biases [B, H, W, D/g]]."""
+        w, scales, biases = mx.quantize(x, group_size=self.group_size, bits=self.bits)
+        return [w, scales, biases]
+
+    def slot_bytes(self, dim: int, itemsize: int) -> int:
+        """Bytes of `dim` quantized numbers: packed weights + one scale and bias per group."""
+        return dim * self.bits // 8 + 2 * (dim // self.group_size) * itemsize
+
+
+@dataclass(frozen=True)
+class AttentionDims:
+    """One attention layer's cached widths per token (all KV heads together)."""
+
+    key_dim: int  # n_kv_heads * head_dim of keys
+    value_dim: int  # n_kv_heads * head_dim of values
+    num_heads: int  # KV heads
+    itemsize: int  # bytes per number of the model's activations (what an unquantized slot holds)
+
+
+def attention_dims(model: object, recurrent: Sequence[bool]) -> list[AttentionDims] | None:
+    """Read every attention layer's key/value widths off its projections (mlx-lm layouts:
+    `layer.self_attn.{k_proj, v_proj}` and `n_kv_heads` or `num_key_value_heads`); None where
+    a layer does not follow them."""
+    dims = []
+    for layer, rec in zip(getattr(model, "layers", []), recurrent):
+        if rec:
+            continue
+        attn = getattr(layer, "self_attn", None)
+        k_proj, v_proj = getattr(attn, "k_proj", None), getattr(attn, "v_proj", None)
+        heads = getattr(attn, "n_kv_heads", None) or getattr(attn, "num_key_value_heads", None)
+        if k_proj is None or v_proj is None or not heads:
+            return None
+        # QuantizedLinear weights are packed along the input axis; axis 0 is still the output.
+        dtype = (k_proj.scales if "scales" in k_proj else k_proj.weight).dtype
+        key_dim, value_dim = int(k_proj.weight.shape[0]), int(v_proj.weight.shape[0])
+        dims.append(AttentionDims(key_dim, value_dim, int(heads), dtype.size))
+    return dims
+
+
+def kv_bytes_per_token(dims: Sequence[AttentionDims], quant: KVQuant | None) -> int:
+    """Cache bytes one token takes in every attention layer together."""
+    total = 0
+    for d in dims:
+        if quant is None:
+            total += (d.key_dim + d.value_dim) * d.itemsize
+        else:
+            total += quant.slot_bytes(d.key_dim, d.itemsize)
+            total += quant.slot_bytes(d.value_dim, d.itemsize)
+    return total
+
+
+def check_group_size(dims: Sequence[AttentionDims], quant: KVQuant) -> None:
+    """Groups must tile each head's vector exactly (a group never spans two heads/positions)."""
+    for d in dims:
+        head_dims = {d.key_dim // d.num_heads, d.value_dim // d.num_heads}
+        if all(h % quant.group_size == 0 for h in head_dims):
+            continue
+        fits = [g for g in KV_GROUP_SIZES if all(h % g == 0 for h in head_dims)]
+        if fits:
+            raise ValueError(
+                f"EngineConfig.kv_group_size={quant.group_size} does not divide this model's "
+                f"head dim {sorted(head_dims)}: use one of {fits}"
+            )
+        raise ValueError(
+            f"EngineConfig.kv_bits={quant.bits} needs head dims divisible by 32; this model's "
+            f"are {sorted(head_dims)}: use kv_bits=None"
+        )
