@@ -8,6 +8,8 @@ from pathlib import Path
 from workers.types import MAX_DRAFT_DEPTH
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+KV_BITS = (4, 8)  # quantized KV cache widths (workers/kv_quant.py)
+KV_GROUP_SIZES = (32, 64, 128)  # what mx.quantize supports
 
 
 @dataclass
@@ -16,7 +18,10 @@ class EngineConfig:
     max_batch_size: int = 16
     max_context: int | None = None  # None: the model's max_position_embeddings, else 4096
     prefill_step_size: int = 512
-    kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
+    # KV memory for admission, counted in tokens of an unquantized cache (the model's dtype);
+    # a quantized cache (kv_bits) fits proportionally more tokens in the same bytes.
+    # None: max_batch_size * max_context.
+    kv_budget_tokens: int | None = None
     # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
     max_verify_tokens: int = 4096
     # Cap each round's depth at the one the engine's own timings say pays best
@@ -31,6 +36,10 @@ class EngineConfig:
     # greedy without penalties and the drafter is device-resident (MTP head) or absent;
     # other batches run one round at a time. Tokens are identical either way.
     pipeline: bool = True
+    # Quantize the target's KV cache per slot (workers/kv_quant.py): None (the model's dtype),
+    # 8 or 4 bits, in groups of kv_group_size numbers of one head (must divide the head dim).
+    kv_bits: int | None = None
+    kv_group_size: int = 64
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:
@@ -47,4 +56,14 @@ class EngineConfig:
             "kv_budget_tokens",
             self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,
             "use None or an int >= 2",
+        )
+        check(
+            "kv_bits",
+            self.kv_bits is None or (type(self.kv_bits) is int and self.kv_bits in KV_BITS),
+            f"use None (unquantized) or one of {list(KV_BITS)}",
+        )
+        check(
+            "kv_group_size",
+            type(self.kv_group_size) is int and self.kv_group_size in KV_GROUP_SIZES,
+            f"use one of {list(KV_GROUP_SIZES)} that divides the model's head dim",
         )

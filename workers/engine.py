@@ -37,6 +37,7 @@ from workers.depth_policy import DepthPolicy, row_depths
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, forward_window_hidden, prefill_chunk
 from workers.kv_cache import BatchCache
+from workers.kv_quant import KVQuant, token_budget
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
@@ -88,11 +89,18 @@ class Engine:
         self.max_context = self.config.max_context or int(
             getattr(args, "max_position_embeddings", 0) or 4096
         )
-        self.kv_budget = (
-            self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context
-        )
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
-        self.cache = BatchCache.for_model(model)
+        bits, group = self.config.kv_bits, self.config.kv_group_size
+        self.kv_quant = KVQuant(bits, group) if bits is not None else None
+        self.cache = BatchCache.for_model(model, quant=self.kv_quant)
+        # Admission counts bytes: kv_budget is how many tokens of this cache fit in the memory
+        # of kv_budget_tokens unquantized ones (workers/kv_quant.py).
+        self.kv_bytes_per_token, self.kv_budget = token_budget(
+            model,
+            self.cache.recurrent,
+            self.kv_quant,
+            self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context,
+        )
         self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
         # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
         self._post_norm = self._needs_hidden and getattr(drafter, "hidden_norm", "") == "post_norm"
@@ -469,7 +477,9 @@ class Engine:
             joining = self._pick_joining()
             if not joining:
                 return
-            self._prefill = _Prefill(joining, BatchCache.for_model(self.model, len(joining)))
+            self._prefill = _Prefill(
+                joining, BatchCache.for_model(self.model, len(joining), self.kv_quant)
+            )
         p = self._prefill
         t0 = time.perf_counter()
         # The cache takes every history token but the last, which the next verify consumes.

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-KV_BITS = (4, 8)
-KV_GROUP_SIZES = (32, 64, 128)  # what mx.quantize supports
+from workers.config import KV_GROUP_SIZES
 
 
 @dataclass(frozen=True)
@@ -101,3 +100,22 @@ def check_group_size(dims: Sequence[AttentionDims], quant: KVQuant) -> None:
             f"EngineConfig.kv_bits={quant.bits} needs head dims divisible by 32; this model's "
             f"are {sorted(head_dims)}: use kv_bits=None"
         )
+
+
+def token_budget(
+    model: object, recurrent: Sequence[bool], quant: KVQuant | None, budget_tokens: int
+) -> tuple[int, int]:
+    """(cache bytes per token, tokens that fit) for KV memory of `budget_tokens` tokens of an
+    unquantized cache: admission counts bytes, so a quantized cache admits more tokens."""
+    dims = attention_dims(model, recurrent)
+    if not dims:  # no attention layers, or a layout attention_dims cannot read
+        if quant is not None:
+            raise ValueError(
+                f"EngineConfig.kv_bits={quant.bits} needs attention layers with "
+                "self_attn.k_proj/v_proj (mlx-lm layouts); this model has none: use kv_bits=None"
+            )
+        return 0, budget_tokens
+    if quant is not None:
+        check_group_size(dims, quant)
+    per_token = kv_bytes_per_token(dims, quant)
+    return per_token, budget_tokens * kv_bytes_per_token(dims, None) // per_token

@@ -9,7 +9,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.config import EngineConfig
+from workers.config import KV_BITS, KV_GROUP_SIZES, EngineConfig
 
 
 def serving_config(**overrides: Any) -> EngineConfig:
@@ -44,6 +44,8 @@ class EngineSpec:
             max_batch_size=args.max_batch_size,
             max_context=args.max_context,
             keep_quantized=args.keep_quantized,
+            kv_bits=args.kv_bits,
+            kv_group_size=args.kv_group_size,
         )
         return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
@@ -81,4 +83,13 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
     p.add_argument(
         "--keep-quantized", action="store_true",
         help="CPU: keep a quantized model's layers quantized (default: dequantize to fp32 at load)",
+    )  # fmt: skip
+    p.add_argument(
+        "--kv-bits", type=int, choices=KV_BITS,
+        help="quantize the KV cache to this many bits per number (default: the model's dtype); "
+        "admission then fits more tokens in the same memory",
+    )  # fmt: skip
+    p.add_argument(
+        "--kv-group-size", type=int, choices=KV_GROUP_SIZES, default=EngineConfig.kv_group_size,
+        help="numbers of one head that share a KV quantization scale (must divide the head dim)",
     )  # fmt: skip
