@@ -91,7 +91,7 @@ class Engine:
         )
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         bits, group = self.config.kv_bits, self.config.kv_group_size
-        self.kv_quant = KVQuant(bits, group) if bits is not None else None
+        self.kv_quant = KVQuant.for_device(bits, group) if bits is not None else None
         self.cache = BatchCache.for_model(model, quant=self.kv_quant)
         # Admission counts bytes: kv_budget is how many tokens of this cache fit in the memory
         # of kv_budget_tokens unquantized ones (workers/kv_quant.py).

@@ -21,7 +21,8 @@ disagree about where a row ends.
 
 Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
 once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
-speculative output equal to plain output); attention reads the packed slots. Compaction, joins,
+speculative output equal to plain output); attention reads the slots packed (GPU) or decoded to
+floats (CPU), the same way in every window. Compaction, joins,
 row removal and rollback move lengths and whole slots, so they work on packed parts unchanged.
 """
 
@@ -110,19 +111,28 @@ class RaggedKVCache:
 
 
 class QuantizedRaggedKVCache(RaggedKVCache):
-    """A ragged layer cache whose slots are quantized one position at a time (workers/kv_quant).
-
-    `bits` and `group_size` are what mlx-lm's attention looks for to read packed keys and
-    values with quantized_matmul.
-    """
+    """A ragged layer cache whose slots are quantized one position at a time (workers/kv_quant);
+    attention reads them decoded to floats (the CPU path)."""
 
     def __init__(self, owner: CacheOwner, quant: KVQuant):
         super().__init__(owner)
         self.quant = quant
-        self.bits, self.group_size = quant.bits, quant.group_size
 
     def encode(self, x: mx.array) -> list[mx.array]:
         return self.quant.encode(x)
+
+    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
+        w, scales, biases = (p[..., :needed, :] for p in parts)
+        return self.quant.decode(w, scales, biases)
+
+
+class PackedReadKVCache(QuantizedRaggedKVCache):
+    """The same slots, read packed: `bits` and `group_size` are what mlx-lm's attention looks
+    for to use quantized_matmul (the GPU path)."""
+
+    def __init__(self, owner: CacheOwner, quant: KVQuant):
+        super().__init__(owner, quant)
+        self.bits, self.group_size = quant.bits, quant.group_size
 
     def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
         return tuple(p[..., :needed, :] for p in parts)
@@ -189,9 +199,11 @@ class BatchCache:
     def _layer(self, recurrent: bool) -> LayerCache:
         if recurrent:
             return RaggedStateCache(self)
-        return (
-            RaggedKVCache(self) if self.quant is None else QuantizedRaggedKVCache(self, self.quant)
-        )
+        if self.quant is None:
+            return RaggedKVCache(self)
+        if self.quant.read_packed:
+            return PackedReadKVCache(self, self.quant)
+        return QuantizedRaggedKVCache(self, self.quant)
 
     @property
     def num_rows(self) -> int:

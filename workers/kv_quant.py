@@ -10,11 +10,16 @@ have written there. Every committed position is therefore quantized exactly once
 with or without a drafter, and speculative greedy output equals plain greedy output of the same
 kv_bits.
 
-Attention reads the packed slots directly: a cache layer with `bits` and `group_size`
-attributes makes mlx-lm's attention call `quantized_scaled_dot_product_attention`
-(quantized_matmul for q @ k^T and p @ v; it takes the ragged boolean mask), so the cache is
-never dequantized as a whole. The window's own keys are quantized before attention reads them,
-as in plain decoding, where a token's key is always read back from the cache.
+How attention reads the slots depends on the device. On a GPU (`read_packed`), the layer has
+`bits` and `group_size` attributes, which make mlx-lm's attention call
+`quantized_scaled_dot_product_attention` (quantized_matmul for q @ k^T and p @ v; it takes the
+ragged boolean mask), so the cache is never dequantized as a whole. MLX's CPU quantized_matmul
+is slow (5x fp32 attention at B = 8 and one query, 5x at five), and so is mx.dequantize (10x a
+cast): on the CPU the layer hands attention float keys from `decode`, which unpacks the bytes
+with a cast, a multiply and an add (the same numbers as mx.dequantize), and mlx-lm's fused SDPA
+runs as for an unquantized cache. Either way the window's own keys are quantized before
+attention reads them, as in plain decoding, where a token's key is always read back from the
+cache.
 """
 
 from __future__ import annotations
@@ -27,15 +32,36 @@ import mlx.core as mx
 from workers.config import KV_GROUP_SIZES
 
 
+def packed_reads() -> bool:
+    """Read packed slots with quantized matmuls (GPU), or decode them to floats (CPU)."""
+    return mx.default_device() != mx.cpu
+
+
 @dataclass(frozen=True)
 class KVQuant:
     bits: int
     group_size: int = 64
+    read_packed: bool = False  # see the module docstring
+
+    @classmethod
+    def for_device(cls, bits: int, group_size: int) -> KVQuant:
+        return cls(bits, group_size, packed_reads())
 
     def encode(self, x: mx.array) -> list[mx.array]:
         """[B, H, W, D] -> [packed [B, H, W, D*bits/32] uint32, scales, biases [B, H, W, D/g]]."""
         w, scales, biases = mx.quantize(x, group_size=self.group_size, bits=self.bits)
         return [w, scales, biases]
+
+    def decode(self, w: mx.array, scales: mx.array, biases: mx.array) -> mx.array:
+        """Packed slots [B, H, S, D*bits/32] (+ scales, biases [B, H, S, D/g]) -> [B, H, S, D]
+        floats, equal to mx.dequantize's: each uint32 holds 32/bits numbers, lowest bits first."""
+        u = mx.view(w, mx.uint8)  # [B, H, S, D*bits/8], little-endian: number order kept
+        if self.bits == 4:
+            u = mx.stack([u & 15, u >> 4], axis=-1).reshape(*u.shape[:-1], -1)
+        groups = scales.shape[-1]
+        x = u.astype(scales.dtype).reshape(*u.shape[:-1], groups, self.group_size)
+        x = x * scales[..., None] + biases[..., None]
+        return x.reshape(*u.shape[:-1], groups * self.group_size)
 
     def slot_bytes(self, dim: int, itemsize: int) -> int:
         """Bytes of `dim` quantized numbers: packed weights + one scale and bias per group."""

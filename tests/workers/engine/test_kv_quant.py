@@ -7,6 +7,7 @@ import argparse
 import ast
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -104,8 +105,18 @@ def test_bytes_per_token_is_what_the_arrays_hold(model, bits):
     # fp32: 4 bytes a number; quantized: bits/8, plus an fp32 scale and bias per 32 numbers.
     per_number = 4 if bits is None else bits / 8 + 2 * 4 / 32
     assert engine.kv_bytes_per_token == numbers * per_number
-    # Unquantized layers keep mlx-lm's fused attention: no `bits` attribute for it to find.
-    assert hasattr(layers[0], "bits") == (bits is not None)
+    # mlx-lm's fused float attention unless a layer has `bits`: only packed reads (GPU) do.
+    assert not hasattr(layers[0], "bits")
+
+
+@pytest.mark.parametrize(("bits", "group"), [(8, 32), (8, 64), (4, 32), (4, 64)])
+def test_decode_equals_mx_dequantize(bits, group):
+    x = mx.random.normal((2, 3, 5, 128)) * 3
+    quant = KVQuant(bits, group)
+    parts = quant.encode(x)
+    want = mx.dequantize(*parts, group_size=group, bits=bits)
+    assert (np.array(quant.decode(*parts)) == np.array(want)).all()
+    assert float(mx.abs(want - x).max()) > 0  # it is lossy: the comparison is not vacuous
 
 
 def test_admission_fits_more_rows_in_the_same_memory(model):

@@ -20,7 +20,7 @@ import pytest
 from mlx.utils import tree_map
 
 from tests.tiny import fit_mtp_head, mixed_prompts, perturbed
-from workers import Completion, Engine, ModelDrafter, NgramDrafter, SamplingParams
+from workers import Completion, Engine, ModelDrafter, NgramDrafter, SamplingParams, kv_quant
 from workers.drafters.mtp import MTPDrafter
 
 MAX_TOKENS = 24
@@ -84,11 +84,11 @@ def plain_alone(target, prompts, bits: int) -> list[Completion]:
     return engine.generate(prompts, params_for(len(prompts)))
 
 
-_refs: dict[tuple[int, int], list[Completion]] = {}
+_refs: dict[tuple[int, int, bool], list[Completion]] = {}
 
 
 def reference(target, prompts, bits: int) -> list[Completion]:
-    key = (id(target), bits)
+    key = (id(target), bits, kv_quant.packed_reads())
     if key not in _refs:
         _refs[key] = plain_alone(target, prompts, bits)
     return _refs[key]
@@ -117,6 +117,19 @@ CASES = [
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize(("drafter", "pipeline"), CASES)
 def test_speculative_equals_plain_with_quantized_kv(setup, bits, drafter, pipeline):
+    """Attention reads decoded float slots (the CPU path)."""
+    check_parity(setup, bits, drafter, pipeline)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize(("drafter", "pipeline"), [("model", False), ("mtp", True)])
+def test_speculative_equals_plain_reading_packed_slots(setup, bits, drafter, pipeline, monkeypatch):
+    """Attention reads packed slots with quantized matmuls (the GPU path), forced on the CPU."""
+    monkeypatch.setattr(kv_quant, "packed_reads", lambda: True)
+    check_parity(setup, bits, drafter, pipeline)
+
+
+def check_parity(setup, bits: int, drafter: str | None, pipeline: bool) -> None:
     arch, target, head, prompts = setup
     if drafter == "model" and arch == "qwen3_5":
         pytest.skip("a recurrent draft model cannot roll back (workers/kv_cache.py)")
@@ -130,7 +143,9 @@ def test_speculative_equals_plain_with_quantized_kv(setup, bits, drafter, pipeli
         kv_bits=bits,
         kv_group_size=32,
     )
-    assert engine.cache.layers[-1].bits == bits  # type: ignore[attr-defined]
+    layer = engine.cache.layers[-1]
+    assert layer.quant.bits == bits  # type: ignore[attr-defined]
+    assert hasattr(layer, "bits") == kv_quant.packed_reads()  # mlx-lm reads packed slots
     outs = engine.generate(prompts, params_for(len(prompts)))
     for i, (o, r) in enumerate(zip(outs, ref)):
         label = f"{arch} {drafter} pipeline={pipeline} kv_bits={bits} row {i}"
