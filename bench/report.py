@@ -5,8 +5,8 @@
 Reads, when present: engine_cpu.json (bench/engine.py), sampling_cpu.json (bench/sampling.py),
 cluster_overhead_cpu.json, http_overhead_cpu.json (bench/http_overhead.py), scheduler_sim.json
 (bench/scheduler_sim.py), peers_*.json (bench/peers.py), gguf_real_cpu.json
-(bench/gguf_real.py), gpu_h200_pipelined.json, gpu_h200_qwen3_1b.json and
-engine_default_h200.json (bench/gpu.py and bench/engine.py on the lent GPU). Missing files are
+(bench/gguf_real.py), kv_quant_cpu.json (bench/kv_quant.py), gpu_h200_pipelined.json,
+gpu_h200_qwen3_1b.json and engine_default_h200.json (bench/gpu.py and bench/engine.py on the lent GPU). Missing files are
 skipped with a note.
 """
 
@@ -365,6 +365,15 @@ def main() -> None:
 
         out += ["## A real GGUF checkpoint, kept quantized vs dequantized (CPU)", ""]
         out += gguf_real_section(greal)
+    kvq = load("kv_quant_cpu.json")
+    if kvq:
+        try:
+            from bench.report_kv_quant import kv_quant_section
+        except ImportError:  # run as a script: bench/ itself is on sys.path
+            from report_kv_quant import kv_quant_section  # type: ignore[no-redef]
+
+        out += ["## Quantized KV cache (kv_bits), CPU", ""]
+        out += kv_quant_section(kvq)
     gpu = load("gpu_h200_qwen3_1b.json")
     if gpu:
         out += ["## GPU: random ~1B Qwen3 (bf16), MLX CUDA build", "",
