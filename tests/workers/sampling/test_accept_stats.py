@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workers.accept import emitted_tokens
-from workers.sampling.accept import coupled_accept, rejection_accept
+from workers.accept import coupled_accept, emitted_tokens, rejection_accept
 from workers.sampling.keys import (
     STREAM_ACCEPT,
     STREAM_DRAFT,

@@ -19,8 +19,7 @@ from scipy import stats
 import workers.sampling.round as sampling_round
 from tests.tiny import perturbed, tiny_model
 from workers import Engine, ModelDrafter, SamplingParams
-from workers.accept import emitted_tokens
-from workers.sampling.accept import rejection_accept
+from workers.accept import emitted_tokens, rejection_accept
 from workers.sampling.processors import BatchSampling, warp
 
 V = 16
