@@ -13,16 +13,17 @@ Modes (all share `emitted_tokens`):
   2023): draft x_i ~ q_i; accept with probability min(1, p_i(x_i) / q_i(x_i)); at the first
   rejection emit a sample of norm(max(p_i - q_i, 0)); if all pass emit a bonus sample of p at
   the slot after the last draft. The emitted sequence is distributed exactly as the target's own
-  sampling. (Seed 003 resampled from p instead of the residual: that over-weights tokens the
-  drafter already proposes, and tests/workers/sampling shows the skew.)
+  sampling. (docs/field-failures.md, seed 003: a variant that resampled from p instead of the
+  residual over-weights tokens the drafter already proposes; tests/workers/sampling shows
+  the skew.)
 - coupled_accept — the drafter sampled with the same (seed, position) Gumbel noise as the
   target (workers/sampling/keys.py), so accept while draft == the target's own seeded sample.
   Every emitted token is the target's sample at its position: token-identical to
   non-speculative seeded decoding.
 
 Every function here reads row r's drafts and row r's target outputs only, at the same position
-(seed 001: a verifier that reads another row's or position's top-1 commits wrong tokens at
-depth > 2).
+(docs/field-failures.md, seed 001: a verifier that read another position's top-1 committed
+wrong tokens at depth > 2).
 """
 
 from __future__ import annotations
