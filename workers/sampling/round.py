@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from workers.accept import coupled_accept, rejection_accept
 from workers.drafters.base import Proposal
-from workers.sampling.accept import coupled_accept, rejection_accept
 from workers.sampling.keys import (
     STREAM_ACCEPT,
     STREAM_DRAFT,
