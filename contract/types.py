@@ -191,6 +191,7 @@ class RequestOutput:
     num_generated_tokens: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass
@@ -205,6 +206,7 @@ class Completion:
     num_accepted_tokens: int = 0
     logprobs: list[float] | None = None
     error: str | None = None
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass
@@ -226,6 +228,12 @@ class RoundStats:
     time_verify_s: float = 0.0
     time_compact_s: float = 0.0
     time_prefill_s: float = 0.0
+    # Prefix cache (vLLM semantics, in tokens): prompt tokens looked up, found cached (their
+    # prefill skipped: num_prefill_tokens counts them too), evicted; tokens held after the round.
+    num_prefix_queried_tokens: int = 0
+    num_prefix_hit_tokens: int = 0
+    num_prefix_evicted_tokens: int = 0
+    prefix_cache_used_tokens: int = 0
 
 
 @dataclass
