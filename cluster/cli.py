@@ -159,6 +159,7 @@ def client_backend(client: Any, retries: int = 8) -> Any:
             tokens=res.tokens,
             num_draft_tokens=res.usage.draft_tokens,
             num_accepted_tokens=res.usage.accepted_tokens,
+            num_cached_tokens=res.usage.cached_tokens,
             request_id=res.request_id,
             logprobs=res.logprobs,
         )

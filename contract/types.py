@@ -252,3 +252,8 @@ class EngineInfo:
     kv_budget_tokens: int
     kv_used_tokens: int
     eos_token_ids: list[int] = field(default_factory=list)
+    # Prefix cache (workers/prefix_cache.py): capacity and use in tokens; state "on", "off" or
+    # why the engine refused it ("recurrent_layers", ...).
+    prefix_cache_tokens: int = 0
+    prefix_cache_used_tokens: int = 0
+    prefix_cache_state: str = "off"

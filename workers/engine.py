@@ -208,6 +208,11 @@ class Engine:
             kv_budget_tokens=self.kv_budget,
             kv_used_tokens=sum(self._reserve(r) for r in self.rows + prefilling),
             eos_token_ids=sorted(self.eos_ids),
+            prefix_cache_tokens=self.prefix_cache.capacity_tokens
+            if self.prefix_cache.enabled
+            else 0,
+            prefix_cache_used_tokens=self.prefix_cache.used_tokens,
+            prefix_cache_state=self.prefix_cache.disabled_reason or "on",
         )
 
     def generate(
