@@ -17,7 +17,8 @@ class EngineConfig:
     max_context: int | None = None  # None: the model's max_position_embeddings, else 4096
     prefill_step_size: int = 512
     kv_budget_tokens: int | None = None  # None: max_batch_size * max_context
-    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
+    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit
+    # (docs/field-failures.md, seed 004: a verifier that refused an oversized window aborted).
     max_verify_tokens: int = 4096
     # Cap each round's depth at the one the engine's own timings say pays best
     # (workers/depth_policy.py). Applies to rows whose tokens do not depend on the depth:

@@ -37,6 +37,7 @@ from workers.depth_policy import DepthPolicy, row_depths
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, forward_window_hidden, prefill_chunk
 from workers.kv_cache import BatchCache
+from workers.language_model import LanguageModel
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.prefix_cache import PrefixCache
 from workers.rows import Row
@@ -78,7 +79,7 @@ class _Prefill:
 class Engine:
     def __init__(
         self,
-        model: object,
+        model: LanguageModel,
         tokenizer: object | None = None,
         drafter: Drafter | None = None,
         **config: object,
