@@ -32,6 +32,11 @@ class EngineConfig:
     # greedy without penalties and the drafter is device-resident (MTP head) or absent;
     # other batches run one round at a time. Tokens are identical either way.
     pipeline: bool = True
+    # Tokens of prompt KV the worker keeps for reuse by prompts starting the same way
+    # (workers/prefix_cache.py), on top of the running batch's KV budget. 0: off. -1: auto, a
+    # quarter of the KV budget (the cache then costs at most 25% more KV memory).
+    prefix_cache_tokens: int = 0
+    prefix_block_tokens: int = 32  # cache granularity: hits are whole blocks
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:
@@ -44,6 +49,8 @@ class EngineConfig:
         check("max_context", self.max_context is None or self.max_context >= 2, "use >= 2")
         check("prefill_step_size", self.prefill_step_size >= 1, "use an int >= 1")
         check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
+        check("prefix_cache_tokens", self.prefix_cache_tokens >= -1, "use 0 (off), -1 or N > 0")
+        check("prefix_block_tokens", self.prefix_block_tokens >= 1, "use an int >= 1")
         check(
             "kv_budget_tokens",
             self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,
