@@ -24,22 +24,26 @@ from workers import Engine, SamplingParams
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="1b", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default="1b", choices=sorted(PRESETS) + ["default"])
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--drafter", default="forced", choices=["forced", "none"])
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    model, _ = qwen3_model(*PRESETS[args.preset])
+    if args.preset == "default":  # the embedded default model
+        model = Engine.load().model
+    else:
+        model, _ = qwen3_model(*PRESETS[args.preset])
+    vocab = int(model.args.vocab_size)
     rng = np.random.default_rng(0)
     B = args.batch_size
-    prompts = [rng.integers(0, 32000, size=32).tolist() for _ in range(B)]
+    prompts = [rng.integers(0, vocab, size=32).tolist() for _ in range(B)]
     sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
     refs = {tuple(p): o.tokens for p, o in zip(prompts, Engine(model).generate(prompts, sp))}
 
     def make() -> Engine:
-        d = DeviceForcedDrafter(refs, 32000) if args.drafter == "forced" else None
+        d = DeviceForcedDrafter(refs, vocab) if args.drafter == "forced" else None
         return Engine(model, drafter=d, max_batch_size=B, draft_depth=args.depth)
 
     make().generate(prompts, sp)  # kernels for every shape

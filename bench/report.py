@@ -403,6 +403,14 @@ def main() -> None:
         png = plot_lines([int(b) for b in bs], series, "batch size", "tokens/s",
                          "H200, random 1B Qwen3", "gpu_qwen3_1b.png", logx=True)  # fmt: skip
         out += ["", f"![gpu](results/{png})", ""]
+    try:
+        from bench.report_speed import speed_section
+    except ImportError:  # run as a script: bench/ itself is on sys.path
+        from report_speed import speed_section  # type: ignore[no-redef]
+    out += speed_section(
+        cpu, load("engine_real_cpu.json"), load("engine_default_h200.json"),
+        load("gpu_h200_pipelined.json"), plot_lines,
+    )  # fmt: skip
     gdef = load("engine_default_h200.json")
     if gdef:
         out += ["## GPU: embedded default model (H200)", ""]

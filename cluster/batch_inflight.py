@@ -172,6 +172,7 @@ def _generation(res: Any) -> GenerationResult:
         tokens=res.tokens,
         num_draft_tokens=res.usage.draft_tokens,
         num_accepted_tokens=res.usage.accepted_tokens,
+        num_cached_tokens=res.usage.cached_tokens,
         request_id=res.request_id,
         logprobs=res.logprobs,
     )

@@ -16,15 +16,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import workers
-from cluster.batch_inflight import batch_request_id, fleet_backend
+from cluster.batch_inflight import fleet_backend
 from cluster.batch_job import BatchJobConfig, BatchSummary, main_with_backend
-from cluster.openai_format import BodyError, GenerationResult, ParsedBody
 from workers.service.engine_spec import EngineSpec, add_engine_args
 
 TOKEN_ENV = "SPECFLEET_AUTH_TOKEN"
@@ -129,41 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     return p
-
-
-def client_backend(client: Any, retries: int = 8) -> Any:
-    """Batch-job backend over the Python client. The request id is a hash of the custom_id and
-    body, so a resumed job re-attaches to requests the cluster still holds instead of rerunning."""
-    from cluster.client import InvalidRequestError, QueueFullError, Unavailable
-
-    def call(parsed: ParsedBody, custom_id: str) -> GenerationResult:
-        prompt = parsed.messages if parsed.is_chat else parsed.prompt
-        rid = batch_request_id(parsed, custom_id)
-        for attempt in range(retries + 1):
-            try:
-                res = client.generate(
-                    prompt, params=parsed.params, priority=parsed.priority, request_id=rid
-                )
-                break
-            except InvalidRequestError as e:
-                raise BodyError(e.message) from None
-            except (QueueFullError, Unavailable):
-                if attempt == retries:
-                    raise
-                time.sleep(min(0.05 * 2**attempt, 2.0))
-        return GenerationResult(
-            text=res.text,
-            finish_reason=res.finish_reason,
-            num_prompt_tokens=res.usage.prompt_tokens,
-            num_generated_tokens=res.usage.completion_tokens,
-            tokens=res.tokens,
-            num_draft_tokens=res.usage.draft_tokens,
-            num_accepted_tokens=res.usage.accepted_tokens,
-            request_id=res.request_id,
-            logprobs=res.logprobs,
-        )
-
-    return call
 
 
 def _client(address: str, args: argparse.Namespace) -> Any:

@@ -21,6 +21,7 @@ import itertools
 from dataclasses import dataclass
 
 from cluster.policy_types import Batch, PendingRequest, WorkerCapacity
+from cluster.prefix_affinity import AffinityRing
 
 
 @dataclass(slots=True)
@@ -38,8 +39,10 @@ class _Worker:
 
 
 class Fleet:
-    def __init__(self) -> None:
+    def __init__(self, affinity: AffinityRing | None = None) -> None:
         self._workers: dict[str, _Worker] = {}
+        # Prefix-aware placement (cluster/prefix_affinity.py): members are the workers known.
+        self.affinity = affinity if affinity is not None else AffinityRing()
         self._heap: list[tuple[float, str, int]] = []  # (load, worker id, version), free slot
         self._versions = itertools.count()
         self.total_free_slots = 0  # sum of max(free_slots, 0), kept incrementally
@@ -59,7 +62,8 @@ class Fleet:
 
     def set(self, cap: WorkerCapacity) -> None:
         """A worker joins (or its capacity is re-read): replace what the index knows of it."""
-        self.remove(cap.worker_id)
+        self._drop(cap.worker_id)
+        self.affinity.add(cap.worker_id)
         w = _Worker(
             cap.worker_id,
             cap.free_slots,
@@ -73,6 +77,11 @@ class Fleet:
         self._push(w)
 
     def remove(self, worker_id: str) -> None:
+        """A worker leaves: its prefixes re-home to their next owners."""
+        self._drop(worker_id)
+        self.affinity.remove(worker_id)
+
+    def _drop(self, worker_id: str) -> None:
         w = self._workers.pop(worker_id, None)
         if w is not None:
             self.total_free_slots -= max(w.free_slots, 0)
@@ -170,12 +179,27 @@ class PlacementRound:
             heapq.heappush(heap, e)
         return found
 
+    def _prefix_owner(self, r: PendingRequest, bucket: int, least: float) -> _Worker | None:
+        """The first of the prefix's owners that fits and is within the imbalance bound of the
+        least loaded fitting worker (cluster/prefix_affinity.py rules 1-2), if any."""
+        if r.prefix_key is None:
+            return None
+        ring = self.fleet.affinity
+        for wid in ring.owners(r.prefix_key):
+            w = self.fleet._workers.get(wid)
+            if w is not None and w.free_slots >= 1 and self._fits(w, r, bucket):
+                if ring.within_bound(w.load, least):
+                    return w
+        return None
+
     def place(self, r: PendingRequest, bucket: int) -> bool:
         """Put `r` on the best fitting worker (charging the fleet); False when none fits."""
         best = self._least_loaded(r, bucket)
         if best is None:
             return False
-        holder = self._least_loaded_holding(r, bucket)
+        owner = self._prefix_owner(r, bucket, best.load)
+        holder = None if owner is not None else self._least_loaded_holding(r, bucket)
+        best = owner or best
         if holder is not None and holder is not best:
             # (load, holds a batch of the bucket first, id): the holder wins unless best is
             # strictly less loaded, or equally loaded, holding too and smaller by id.

@@ -60,6 +60,7 @@ class GenerationResult:
     tokens: list[int] = field(default_factory=list)
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from a worker's prefix cache
     request_id: str = ""
     logprobs: list[float] | None = None  # [num_generated_tokens] when requested
 
@@ -134,6 +135,7 @@ def response_body(result: GenerationResult, *, is_chat: bool, model: str) -> dic
         "prompt_tokens": result.num_prompt_tokens,
         "completion_tokens": result.num_generated_tokens,
         "total_tokens": result.num_prompt_tokens + result.num_generated_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.num_cached_tokens},
     }
     logprobs = None if result.logprobs is None else {"token_logprobs": result.logprobs}
     choice: dict[str, Any] = {

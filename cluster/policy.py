@@ -15,8 +15,11 @@ Rules, in order:
    bucket, so a worker's prefill pads short prompts only up to about 2x.
 4. Budgets: a worker takes a request only while it has a free slot and the request's worst-case
    KV footprint (prompt + max_tokens) fits its free KV tokens.
-5. Placement: each request goes to the least-loaded worker that fits it (load = in-flight rows
-   over batch slots), so equal workers fill evenly (cluster/fleet.py).
+5. Placement: a request with a prefix key goes to the first of its prefix's owners that fits
+   and is loaded at most `max_imbalance` more than the least loaded fitting worker, so prompts
+   that start alike meet the worker that has their prefix cached (cluster/prefix_affinity.py);
+   otherwise to the least-loaded worker that fits it (load = in-flight rows over batch slots),
+   so equal workers fill evenly (cluster/fleet.py).
 A request that fits no worker right now is skipped (smaller ones may backfill); a request that
 could never fit any worker is the caller's to reject at admission (`fits_any`).
 

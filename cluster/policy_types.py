@@ -44,6 +44,9 @@ class PendingRequest:
     arrival: float
     priority: int = 0
     deadline: float | None = None  # absolute, same clock as `now`
+    # Hash of the prompt's first tokens (cluster/prefix_affinity.py): placement tries the
+    # workers whose prefix caches most likely hold it. None: placed by load alone.
+    prefix_key: int | None = None
 
     @property
     def kv_tokens(self) -> int:

@@ -7,7 +7,9 @@ committed prefix.
 
 The scheduler actor is pinned to the driver's node with a fixed gateway port and restarted by
 Ray if its process dies (max_restarts=-1); it rebuilds itself from its constructor arguments.
-Requests it held are lost with it: their gateway calls fail with UNAVAILABLE. The Python
+Requests it held are lost with it: their gateway calls fail with UNAVAILABLE. A scheduler
+that fails fast (its dispatch pass kept raising) turns the gateway NOT_SERVING and then ends its
+process with exit code 1 and a logged reason, so Ray restarts it the same way. The Python
 client retries those with the same request id, and for deterministic requests (greedy or
 seeded) it skips the tokens it already delivered, so a stream still sees each token once.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,12 @@ SCHEDULER_NAME = "specfleet-scheduler"
 NAMESPACE = "specfleet"
 
 
+def _exit_for_restart(reason: str) -> None:
+    log.critical("the scheduler failed, exiting so Ray restarts this actor: %s", reason)
+    logging.shutdown()
+    os._exit(1)  # not sys.exit: Ray treats a clean exit as intentional and would not restart
+
+
 class SchedulerActor:
     """A threaded Ray actor around SchedulerRuntime. Everything starts in __init__ from the
     constructor arguments, so when Ray restarts this actor (max_restarts=-1) it comes back by
@@ -41,7 +50,7 @@ class SchedulerActor:
     def __init__(self, config: RuntimeConfig, workers: list[tuple[str, Any]]) -> None:
         if config.advertise_host is None:
             config = dataclasses.replace(config, advertise_host=ray.util.get_node_ip_address())
-        self.runtime = SchedulerRuntime(config)
+        self.runtime = SchedulerRuntime(config, on_fatal=_exit_for_restart)
         located = [(wid, _locator(handle)) for wid, handle in workers]
         self.runtime.call(self.runtime.start(located))
 
@@ -123,10 +132,32 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
         )
         for i in range(n)
     ]
-    config = _fixed_ports(spec.actor)  # a restarted scheduler must come back where it was
-    actor_cls = ray.remote(SchedulerActor).options(
+    scheduler = start_scheduler_actor(
+        spec.actor,
+        [(f"worker-{i}", w) for i, w in enumerate(workers)],
         name=spec.scheduler_name,
         namespace=spec.namespace,
+    )
+    connected: int = ray.get(scheduler.wait_connected.remote(n, connect_timeout_s))
+    if connected < n:
+        raise RuntimeError(f"only {connected} of {n} workers came up within {connect_timeout_s}s")
+    addresses = ray.get(scheduler.addresses.remote())
+    return RunningCluster(scheduler, workers, addresses)
+
+
+def start_scheduler_actor(
+    config: RuntimeConfig,
+    workers: list[tuple[str, Any]],
+    name: str = SCHEDULER_NAME,
+    namespace: str = NAMESPACE,
+    actor_cls: type[SchedulerActor] = SchedulerActor,
+) -> Any:
+    """The scheduler actor on this driver's node, restarted by Ray whenever its process dies
+    (a crash, a kill, or its own fail-fast exit); returns its handle."""
+    config = _fixed_ports(config)  # a restarted scheduler must come back where it was
+    remote_cls = ray.remote(actor_cls).options(
+        name=name,
+        namespace=namespace,
         num_cpus=0,
         max_restarts=-1,
         max_task_retries=-1,  # its methods are idempotent reads
@@ -135,12 +166,7 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
             ray.get_runtime_context().get_node_id(), soft=False
         ),
     )
-    scheduler: Any = actor_cls.remote(config, [(f"worker-{i}", w) for i, w in enumerate(workers)])
-    connected: int = ray.get(scheduler.wait_connected.remote(n, connect_timeout_s))
-    if connected < n:
-        raise RuntimeError(f"only {connected} of {n} workers came up within {connect_timeout_s}s")
-    addresses = ray.get(scheduler.addresses.remote())
-    return RunningCluster(scheduler, workers, addresses)
+    return remote_cls.remote(config, workers)
 
 
 def _free_port(host: str) -> int:

@@ -74,6 +74,7 @@ class RequestState:
     base_accepted: int = 0
     cur_draft: int = 0
     cur_accepted: int = 0
+    cur_cached: int = 0  # prompt tokens the current attempt's worker had cached
     requeues: int = 0
     finished: bool = False
     final: Delta | None = None
@@ -97,6 +98,8 @@ class RequestState:
             accepted_tokens=self.base_accepted + self.cur_accepted,
             requeues=self.requeues,
             queue_time_s=queue_time,
+            # The last attempt's hits, of the original prompt (a retry's prompt holds the output).
+            cached_tokens=min(self.cur_cached, len(self.prompt)),
         )
 
     def publish(self, delta: Delta) -> None:

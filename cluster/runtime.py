@@ -5,6 +5,11 @@ The Ray actor (cluster/ray_actor.py) wraps one of these; tests and single-machin
 it directly. Workers are given as (worker_id, locate) pairs where `locate()` returns the
 worker's current addresses ({"grpc": "host:port", "metrics": "host:port" | None, ...}), so a
 worker restarted elsewhere (new port) is found again.
+
+Fail fast: when the scheduler gives up (its dispatch pass kept raising, cluster/scheduler.py
+`_fail_fast`), the gateway's grpc.health.v1 status turns NOT_SERVING, the runtime waits
+`fatal_grace_s` so the UNAVAILABLE answers of the aborted calls and the health change reach
+clients, then calls `on_fatal(reason)`; the Ray actor exits its process there so Ray restarts it.
 """
 
 from __future__ import annotations
@@ -43,15 +48,26 @@ class RuntimeConfig:
     model_name: str = ""  # the workers' `model` metrics label, for the targets file
     # Host to print and publish when the gateway / metrics bind all interfaces (0.0.0.0).
     advertise_host: str | None = None
+    # After the scheduler failed: seconds between the gateway turning NOT_SERVING and `on_fatal`
+    # (the aborted calls' statuses and health watchers' NOT_SERVING are sent meanwhile).
+    fatal_grace_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fatal_grace_s <= 60:
+            raise ValueError(f"RuntimeConfig.fatal_grace_s={self.fatal_grace_s!r}: use 0..60 s")
 
 
 class SchedulerRuntime:
-    def __init__(self, config: RuntimeConfig) -> None:
+    def __init__(
+        self, config: RuntimeConfig, on_fatal: Callable[[str], None] | None = None
+    ) -> None:
         self.config = config
         tok = TextTokenizer(config.tokenizer_path) if config.tokenizer_path else None
         self.metrics = SchedulerMetrics()
         self.metrics_url = ""
-        self.sched = Scheduler(config.scheduler, tok, self.metrics)
+        self.on_fatal = on_fatal  # called (on the loop) after the scheduler failed; may not return
+        self.sched = Scheduler(config.scheduler, tok, self.metrics, on_fatal=self._scheduler_failed)
+        self._fatal_task: asyncio.Task[None] | None = None
         self.gateway: GatewayServer | None = None
         self.http: HttpServer | None = None
         self.links: dict[str, GrpcWorkerLink] = {}
@@ -109,6 +125,20 @@ class SchedulerRuntime:
         while self.loop.time() < end and self.num_connected() < n:
             await asyncio.sleep(0.05)
         return self.num_connected()
+
+    def _scheduler_failed(self, reason: str) -> None:
+        """The scheduler's fail-fast hook (on the loop, inside its dispatch task)."""
+        if self._fatal_task is None:
+            self._fatal_task = self.loop.create_task(self._fail(reason))
+
+    async def _fail(self, reason: str) -> None:
+        try:
+            if self.gateway is not None:
+                await self.gateway.set_serving(False)
+            await asyncio.sleep(self.config.fatal_grace_s)
+        finally:
+            if self.on_fatal is not None:
+                self.on_fatal(reason)
 
     def num_connected(self) -> int:
         return sum(s.connected for s in self.sched.workers.values())

@@ -355,6 +355,7 @@ class Scheduler:
         take = ev.new_tokens[: max(state.remaining, 0)]
         take_lp = (ev.new_logprobs or [])[: len(take)]
         state.cur_draft, state.cur_accepted = ev.num_draft_tokens, ev.num_accepted_tokens
+        state.cur_cached = ev.num_cached_tokens
         text = ""
         if take:
             state.tokens.extend(take)

@@ -67,6 +67,7 @@ class Usage:
     accepted_tokens: int = 0
     requeues: int = 0
     queue_time_s: float = 0.0
+    cached_tokens: int = 0  # prompt tokens served from a worker's prefix cache (last attempt)
 
 
 @dataclass

@@ -191,6 +191,7 @@ class RequestOutput:
     num_generated_tokens: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass
@@ -205,6 +206,7 @@ class Completion:
     num_accepted_tokens: int = 0
     logprobs: list[float] | None = None
     error: str | None = None
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass
@@ -226,6 +228,12 @@ class RoundStats:
     time_verify_s: float = 0.0
     time_compact_s: float = 0.0
     time_prefill_s: float = 0.0
+    # Prefix cache (vLLM semantics, in tokens): prompt tokens looked up, found cached (their
+    # prefill skipped: num_prefill_tokens counts them too), evicted; tokens held after the round.
+    num_prefix_queried_tokens: int = 0
+    num_prefix_hit_tokens: int = 0
+    num_prefix_evicted_tokens: int = 0
+    prefix_cache_used_tokens: int = 0
 
 
 @dataclass
@@ -244,3 +252,8 @@ class EngineInfo:
     kv_budget_tokens: int
     kv_used_tokens: int
     eos_token_ids: list[int] = field(default_factory=list)
+    # Prefix cache (workers/prefix_cache.py): capacity and use in tokens; state "on", "off" or
+    # why the engine refused it ("recurrent_layers", ...).
+    prefix_cache_tokens: int = 0
+    prefix_cache_used_tokens: int = 0
+    prefix_cache_state: str = "off"

@@ -193,6 +193,7 @@ def usage_to_pb(u: Usage | None) -> pb.Usage | None:
         accepted_tokens=u.accepted_tokens,
         requeues=u.requeues,
         queue_time_s=u.queue_time_s,
+        cached_tokens=u.cached_tokens,
     )
 
 
@@ -204,6 +205,7 @@ def usage_from_pb(u: pb.Usage) -> Usage:
         u.accepted_tokens,
         u.requeues,
         u.queue_time_s,
+        u.cached_tokens,
     )
 
 

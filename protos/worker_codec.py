@@ -48,6 +48,7 @@ STATS_KEYS = (
     "num_generated_tokens",
     "num_draft_tokens",
     "num_accepted_tokens",
+    "num_cached_tokens",  # prompt tokens from the prefix cache; at most num_prompt_tokens
 )
 PARAM_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
 _BOOLS = tuple(n for n, f in PARAM_FIELDS.items() if f.type == "bool")
@@ -408,6 +409,9 @@ def _read_event(ev: object, where: str) -> RequestOutput | RequestError:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise WireError(INVALID, f"{where}.stats.{k}", f"{v!r:.40} is not a count")
         setattr(out, k, v)
+    if out.num_cached_tokens > out.num_prompt_tokens:
+        raise WireError(INVALID, f"{where}.stats.num_cached_tokens", f"{out.num_cached_tokens} "
+                        f"exceeds num_prompt_tokens={out.num_prompt_tokens}")  # fmt: skip
     return out
 
 

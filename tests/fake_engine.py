@@ -25,6 +25,7 @@ class FakeRow:
     params: SamplingParams
     tokens: list[int] = field(default_factory=list)  # output so far
     aborted: bool = False
+    cached: int = 0  # prompt tokens a prefix cache would hold (see FakeEngineBase.add_request)
 
 
 class FakeEngineBase:
@@ -45,6 +46,7 @@ class FakeEngineBase:
         self._stats: list[RoundStats] = []
         self._round = 0
         self.num_added = 0
+        self._seen_prompts: list[list[int]] = []  # a toy prefix cache: every prompt admitted
         self.fail_next_step = False  # set by tests to simulate a fatal engine error
 
     # -- what subclasses decide -----------------------------------------------------------------
@@ -58,6 +60,7 @@ class FakeEngineBase:
             new_tokens=new,
             num_prompt_tokens=len(row.prompt),
             num_generated_tokens=len(row.tokens),
+            num_cached_tokens=row.cached,
         )
 
     def _account(self, stats: RoundStats, new: list[int]) -> None:
@@ -78,7 +81,12 @@ class FakeEngineBase:
                 raise ValueError(f"duplicate request id {request_id!r}")
             self._ids.add(request_id)
             self.num_added += 1
-            self._waiting.append(FakeRow(request_id, list(prompt), params))
+            # As a worker's prefix cache: the longest prefix shared with an earlier prompt, but
+            # never the last token (the next verify consumes it).
+            cached = max((_common(prompt, p) for p in self._seen_prompts), default=0)
+            self._seen_prompts.append(list(prompt))
+            row = FakeRow(request_id, list(prompt), params, cached=min(cached, len(prompt) - 1))
+            self._waiting.append(row)
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -149,3 +157,10 @@ class FakeEngineBase:
         with self._lock:
             stats, self._stats = self._stats, []
             return stats
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -1,4 +1,5 @@
-"""The import order of specfleet's layers (STYLE.md "Layers"), enforced on the source:
+"""The import order of specfleet's layers (README.md "How it works", **Layers**), enforced on the
+source:
 
     contract        plain types, limits, status codes, worker states, acceptance modes
        ^

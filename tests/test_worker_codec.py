@@ -130,13 +130,21 @@ def test_batches_round_trip() -> None:
 
 def test_events_and_info_round_trip() -> None:
     delta = RequestOutput("a", [1, 2], new_logprobs=[-0.5, -1.0])
-    finish = RequestOutput("b", [3], True, "length", num_prompt_tokens=4, num_generated_tokens=1)
+    finish = RequestOutput(
+        "b", [3], True, "length", num_prompt_tokens=40, num_generated_tokens=1, num_cached_tokens=32
+    )
     err = RequestError("c", StatusCode.INVALID_ARGUMENT, "submit[0].prompt", "empty")
     data = encode_events([delta, finish, err]).SerializeToString()
     assert decode_events(data) == [delta, finish, err]
-    engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2])
+    engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2], 1024, 64, "on")
     info = encode_info(WorkerInfo("w", WorkerState.SERVING, engine))
     assert decode_info(info.SerializeToString()) == WorkerInfo("w", WorkerState.SERVING, engine)
+
+
+def test_cached_tokens_beyond_the_prompt_are_refused() -> None:
+    bad = RequestOutput("b", [3], True, "length", num_prompt_tokens=4, num_cached_tokens=8)
+    with pytest.raises(WireError, match=r"events\[0\]\.stats\.num_cached_tokens.*8 exceeds"):
+        decode_events(encode_events([bad]).SerializeToString())
 
 
 # -- the scheduler's side: whatever a worker sends, decoding raises WireError or succeeds --------

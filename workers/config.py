@@ -22,7 +22,8 @@ class EngineConfig:
     # a quantized cache (kv_bits) fits proportionally more tokens in the same bytes.
     # None: max_batch_size * max_context.
     kv_budget_tokens: int | None = None
-    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit (seed 004).
+    # Tokens one verify forward may carry (B x (K+1)); drafts are clamped to fit
+    # (docs/field-failures.md, seed 004: a verifier that refused an oversized window aborted).
     max_verify_tokens: int = 4096
     # Cap each round's depth at the one the engine's own timings say pays best
     # (workers/depth_policy.py). Applies to rows whose tokens do not depend on the depth:
@@ -40,6 +41,11 @@ class EngineConfig:
     # 8 or 4 bits, in groups of kv_group_size numbers of one head (must divide the head dim).
     kv_bits: int | None = None
     kv_group_size: int = 64
+    # Tokens of prompt KV the worker keeps for reuse by prompts starting the same way
+    # (workers/prefix_cache.py), on top of the running batch's KV budget. 0: off. -1: auto, a
+    # quarter of the KV budget (the cache then costs at most 25% more KV memory).
+    prefix_cache_tokens: int = 0
+    prefix_block_tokens: int = 32  # cache granularity: hits are whole blocks
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:
@@ -52,6 +58,8 @@ class EngineConfig:
         check("max_context", self.max_context is None or self.max_context >= 2, "use >= 2")
         check("prefill_step_size", self.prefill_step_size >= 1, "use an int >= 1")
         check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
+        check("prefix_cache_tokens", self.prefix_cache_tokens >= -1, "use 0 (off), -1 or N > 0")
+        check("prefix_block_tokens", self.prefix_block_tokens >= 1, "use an int >= 1")
         check(
             "kv_budget_tokens",
             self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,

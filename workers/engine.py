@@ -38,7 +38,9 @@ from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposa
 from workers.forward import forward_window, forward_window_hidden, prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
+from workers.language_model import LanguageModel
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
+from workers.prefix_cache import PrefixCache
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import (
@@ -68,14 +70,17 @@ class _Flight:
 class _Prefill:
     rows: list[Row]
     cache: BatchCache
-    done: int = 0  # tokens of each history already in `cache`
+    done: int = 0  # tokens of each row's uncached remainder already in `cache`
     hidden: list[mx.array] = field(default_factory=list)  # per chunk [n, W, H], MTP only
+    # [n] leading history tokens each row took from the prefix cache (prefill skips them)
+    cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cached_hidden: list[mx.array | None] = field(default_factory=list)  # per row [c_r, H], MTP
 
 
 class Engine:
     def __init__(
         self,
-        model: object,
+        model: LanguageModel,
         tokenizer: object | None = None,
         drafter: Drafter | None = None,
         **config: object,
@@ -100,6 +105,12 @@ class Engine:
             self.cache.recurrent,
             self.kv_quant,
             self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context,
+        )
+        prefix_tokens = self.config.prefix_cache_tokens
+        self.prefix_cache = PrefixCache(
+            self.kv_budget // 4 if prefix_tokens == -1 else prefix_tokens,
+            self.config.prefix_block_tokens,
+            self.cache.recurrent,
         )
         self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
         # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
@@ -206,6 +217,11 @@ class Engine:
             kv_budget_tokens=self.kv_budget,
             kv_used_tokens=sum(self._reserve(r) for r in self.rows + prefilling),
             eos_token_ids=sorted(self.eos_ids),
+            prefix_cache_tokens=self.prefix_cache.capacity_tokens
+            if self.prefix_cache.enabled
+            else 0,
+            prefix_cache_used_tokens=self.prefix_cache.used_tokens,
+            prefix_cache_state=self.prefix_cache.disabled_reason or "on",
         )
 
     def generate(
@@ -243,6 +259,7 @@ class Engine:
                         num_accepted_tokens=ev.num_accepted_tokens,
                         logprobs=logprobs[ev.request_id] if ev.new_logprobs is not None else None,
                         error=ev.error,
+                        num_cached_tokens=ev.num_cached_tokens,
                     )
         return [done[i] for i in ids]
 
@@ -477,13 +494,12 @@ class Engine:
             joining = self._pick_joining()
             if not joining:
                 return
-            self._prefill = _Prefill(
-                joining, BatchCache.for_model(self.model, len(joining), self.kv_quant)
-            )
+            self._prefill = self._start_prefill(joining, stats)
         p = self._prefill
         t0 = time.perf_counter()
-        # The cache takes every history token but the last, which the next verify consumes.
-        seqs = [r.history[:-1] for r in p.rows]
+        # The cache takes every history token but the last, which the next verify consumes;
+        # a row's first `cached` tokens are already there (prefix cache hit).
+        seqs = [r.history[c:-1] for r, c in zip(p.rows, p.cached.tolist())]
         longest = max(len(s) for s in seqs)
         step = self.config.prefill_step_size
         while p.done < longest:
@@ -500,21 +516,75 @@ class Engine:
             return
         self._prefill = None
         stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
+        hidden = self._prompt_hidden(p) if self._needs_hidden else None
+        for i, r in enumerate(p.rows):
+            self.prefix_cache.insert(
+                r.history[:-1], p.cache, i, None if hidden is None else hidden[i]
+            )
+        stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
+        stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
         self.cache.append(p.cache)
         if self.drafter is not None:
-            hidden = mx.concatenate(p.hidden, axis=1) if p.hidden else None
             self.drafter.add_rows([r.history for r in p.rows], hidden)
         self.rows.extend(p.rows)
 
+    def _start_prefill(self, joining: list[Row], stats: RoundStats) -> _Prefill:
+        """A prefill cache for the joining rows, holding whatever prefix of each prompt the
+        prefix cache has (copied, no forward over it)."""
+        cache = BatchCache.for_model(self.model, len(joining), self.kv_quant)
+        chains = [self.prefix_cache.lookup(r.history[:-1], r.prompt_len) for r in joining]
+        cached = self.prefix_cache.fill(cache, chains)
+        for r, c in zip(joining, cached.tolist()):
+            r.num_cached_tokens = c
+        counts = self.prefix_cache.take_stats()
+        stats.num_prefix_queried_tokens, stats.num_prefix_hit_tokens = counts.queries, counts.hits
+        stats.num_prefix_evicted_tokens = counts.evicted
+        hidden = [PrefixCache.hidden_of(c) for c in chains] if self._needs_hidden else []
+        return _Prefill(joining, cache, cached=cached, cached_hidden=hidden)
+
+    def _prompt_hidden(self, p: _Prefill) -> mx.array | None:
+        """[n, max_len, H] each row's target hidden from position 0: its cached part, then
+        what the prefill computed for its remainder (rows right-padded)."""
+        computed = mx.concatenate(p.hidden, axis=1) if p.hidden else None
+        if not p.cached.any():
+            return computed
+        parts = []
+        for i, (r, c) in enumerate(zip(p.rows, p.cached.tolist())):
+            row = [h for h in (p.cached_hidden[i],) if h is not None]
+            rest = len(r.history) - 1 - c
+            if rest > 0 and computed is not None:
+                row.append(computed[i, :rest])
+            parts.append(mx.concatenate(row, axis=0) if row else None)
+        width = max(x.shape[0] for x in parts if x is not None)
+        some = next(x for x in parts if x is not None)
+        return mx.stack([
+            mx.zeros((width, some.shape[1]), some.dtype) if x is None
+            else mx.pad(x, [(0, width - x.shape[0]), (0, 0)])
+            for x in parts
+        ])  # fmt: skip
+
     def _pick_joining(self) -> list[Row]:
+        """Waiting rows that fit, in order. With the prefix cache on, a row whose first block
+        is not cached yet waits one prefill behind another joiner starting the same way: that
+        one's prefill fills the cache, so the rest prefill only their own tails."""
         joining: list[Row] = []
+        deferred: list[Row] = []
+        claimed: set[tuple[int, ...]] = set()  # uncached first blocks a joiner will fill
         used = sum(self._reserve(r) for r in self.rows)
         while self.waiting and len(self.rows) + len(joining) < self.config.max_batch_size:
             need = self._reserve(self.waiting[0])
             if used + need > self.kv_budget and (self.rows or joining):
                 break
+            row = self.waiting.popleft()
+            first = self.prefix_cache.first_block(row.history[:-1])
+            if first is not None and not self.prefix_cache.is_cached(first):
+                if first in claimed and len(deferred) < 4 * self.config.max_batch_size:
+                    deferred.append(row)  # `joining` is not empty: nothing starves
+                    continue
+                claimed.add(first)
             used += need
-            joining.append(self.waiting.popleft())
+            joining.append(row)
+        self.waiting.extendleft(reversed(deferred))
         return joining
 
     def _drop_finished(self) -> list[RequestOutput]:

@@ -8,6 +8,7 @@ import mlx.core as mx
 import numpy as np
 
 from workers.kv_cache import BatchCache
+from workers.language_model import LanguageModel
 
 
 def pad_windows(windows: Sequence[Sequence[int]], width: int = 1) -> tuple[mx.array, np.ndarray]:
@@ -25,7 +26,7 @@ def pad_windows(windows: Sequence[Sequence[int]], width: int = 1) -> tuple[mx.ar
 
 
 def forward_window(
-    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray
+    model: LanguageModel, cache: BatchCache, tokens: mx.array, valid: np.ndarray
 ) -> mx.array:
     """Run `tokens` [B, W] at each row's next positions; returns logits [B, W, V].
 
@@ -33,11 +34,15 @@ def forward_window(
     of each row's window tokens to keep (all for prefill, the accepted prefix for verify).
     """
     cache.set_window_valid(valid)
-    return model(tokens, cache=cache.layers)  # type: ignore[operator]
+    return model(tokens, cache=cache.layers)
 
 
 def forward_window_hidden(
-    model: object, cache: BatchCache, tokens: mx.array, valid: np.ndarray, post_norm: bool = False
+    model: LanguageModel,
+    cache: BatchCache,
+    tokens: mx.array,
+    valid: np.ndarray,
+    post_norm: bool = False,
 ) -> tuple[mx.array, mx.array]:
     """Like forward_window, also returning the last layer's hidden [B, W, H] (pre-norm, or
     after the final norm with post_norm: the lm_head's input, at no extra cost)."""
@@ -48,7 +53,7 @@ def forward_window_hidden(
 
 
 def prefill_chunk(
-    model: object,
+    model: LanguageModel,
     cache: BatchCache,
     sequences: Sequence[Sequence[int]],
     start: int,
@@ -76,7 +81,7 @@ def prefill_chunk(
 
 
 def prefill(
-    model: object,
+    model: LanguageModel,
     cache: BatchCache,
     sequences: Sequence[Sequence[int]],
     step_size: int,

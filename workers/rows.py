@@ -23,6 +23,7 @@ class Row:
     num_sent: int = 0  # output tokens already released in events
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     error: str | None = None
@@ -115,4 +116,5 @@ class Row:
             num_generated_tokens=self.num_generated,
             num_draft_tokens=self.num_draft_tokens,
             num_accepted_tokens=self.num_accepted_tokens,
+            num_cached_tokens=self.num_cached_tokens,
         )

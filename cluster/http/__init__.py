@@ -1,6 +1,7 @@
 """OpenAI- and Anthropic-compatible HTTP beside the gRPC gateway (`specfleet up --http-port`).
 
-    GET  /health                 200 while a worker is connected, else 503 (no token needed)
+    GET  /health                 200 while a worker is connected and the scheduler has not
+                                 failed, else 503 (no token needed)
     GET  /v1/models              the served model names
     POST /v1/completions         OpenAI legacy completions (SSE with stream=true)
     POST /v1/chat/completions    OpenAI chat completions (SSE, stream_options.include_usage)

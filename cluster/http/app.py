@@ -75,6 +75,9 @@ class HttpApi:
     # -- plain routes ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         n = self._num_connected()
+        if self.sched.failed is not None:  # failing fast: the process is about to restart
+            body = {"status": f"scheduler failed: {self.sched.failed}", "workers_connected": n}
+            return JSONResponse(body, 503)
         body = {"status": "ok" if n else "no workers", "workers_connected": n}
         return JSONResponse(body, 200 if n else 503)
 

@@ -173,6 +173,7 @@ def usage_body(u: Usage | None) -> dict[str, Any]:
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
     }
 
 

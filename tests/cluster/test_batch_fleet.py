@@ -154,9 +154,11 @@ def test_default_in_flight_keeps_every_slot_of_8_workers_busy(
         thread.join(5)
     assert summary.num_succeeded == n and summary.num_failed == 0
     # 128 slots, each request held 100 ms: a full fleet serves 1,280 requests/s. Between the
-    # ramp-up and the tail, every slot is busy (the old fixed 64 in flight capped this at 50%).
+    # ramp-up and the tail, every slot is busy (the old fixed 64 in flight capped this at 50%;
+    # 98% measured here; the margin is for a loaded CI machine, where the client's own
+    # thread competes for the cores).
     middle = busy[len(busy) // 5 : -len(busy) // 5]
-    assert sum(middle) / len(middle) >= 0.85, (sum(middle) / len(middle), elapsed)
+    assert sum(middle) / len(middle) >= 0.75, (sum(middle) / len(middle), elapsed)
     assert "slots, 8 workers)" in capsys.readouterr().err
 
 

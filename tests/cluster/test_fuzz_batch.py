@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster import Client
+from cluster.batch_inflight import fleet_backend
 from cluster.batch_job import BatchJobConfig, run_batch
-from cluster.cli import client_backend
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_gateway import Running
 
@@ -82,7 +82,7 @@ def test_fuzz_batch_jsonl_thousands_of_malformed_lines(tmp_path: Path) -> None:
         with Client(r.gw.address, retry_timeout_s=5) as c:
             for _ in range(2):  # the run, then a re-run over the finished job
                 summary = run_batch(
-                    BatchJobConfig(inp, out, progress=False, concurrency=8), client_backend(c, 1)
+                    BatchJobConfig(inp, out, progress=False, concurrency=8), fleet_backend(c, 8, 1)
                 )
         figures["runs"] += 1
         figures["lines"] += len(bad)

@@ -63,6 +63,10 @@ def test_generate_stream_batch_cancel_info(running: Running) -> None:
         out = c.generate([5, 6, 7], max_tokens=9)
         assert out.tokens == reference([5, 6, 7], 9) and out.finish_reason == "length"
         assert out.usage.completion_tokens == 9 and out.usage.draft_tokens == 27
+        assert out.usage.cached_tokens == 0
+        # The worker's prefix-cache hits travel worker wire -> scheduler -> gateway -> client.
+        again = c.generate([5, 6, 7, 8], max_tokens=2)
+        assert again.usage.cached_tokens == 3 and again.usage.prompt_tokens == 4
         text = c.generate("hello", max_tokens=6)
         assert text.tokens == reference(list(b"hello"), 6)
         assert text.text == bytes(text.tokens).decode("utf-8", errors="replace")

@@ -183,7 +183,7 @@ def test_anthropic_event_sequence() -> None:
 def test_openai_chunks_usage_and_done() -> None:
     req = oa.parse_chat(chat(stream=True, stream_options={"include_usage": True}), 8)
     s = oa.OpenAIStream(req, "r2", chat=True, token_text=lambda t: chr(96 + t))
-    usage = Usage(prompt_tokens=2, completion_tokens=2)
+    usage = Usage(prompt_tokens=2, completion_tokens=2, cached_tokens=1)
     ev = _events([*s.start(), *s.delta(Delta("r2", "a", [1])),
                   *s.finish(Delta("r2", "b", [2], True, "stop", usage=usage))])  # fmt: skip
     chunks = [d for _, d in ev]
@@ -192,6 +192,7 @@ def test_openai_chunks_usage_and_done() -> None:
     assert [c["choices"][0]["delta"].get("content") for c in chunks[1:3]] == ["a", "b"]
     assert chunks[2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[3]["choices"] == [] and chunks[3]["usage"]["total_tokens"] == 4
+    assert chunks[3]["usage"]["prompt_tokens_details"] == {"cached_tokens": 1}
     assert all(c["id"] == "chatcmpl-r2" for c in chunks[:-1])
     lp = oa.logprobs_body([1, 2], [-0.5, -1.0], False, lambda t: chr(96 + t))
     assert lp == {"tokens": ["a", "b"], "token_logprobs": [-0.5, -1.0], "top_logprobs": None,

@@ -4,13 +4,24 @@ The engine owns the rows; a drafter mirrors the batch's membership (rows appende
 `add_rows`, removed by `keep_rows`) and learns the outcome of each round through `commit`.
 Histories are the rows' committed tokens (prompt + output); the last token of a history is
 the one the target has not consumed yet, so it is the first thing a drafter must condition on.
+
+What the engine reads from or sets on a drafter, all declared here: `needs_target_hidden` and
+`device_resident` (every drafter), and two capabilities only some drafters have, each its own
+protocol so that a drafter without it still is a `Drafter`:
+- `TargetHiddenDrafter` (needs_target_hidden, e.g. the MTP head): the engine reads
+  `hidden_norm` and sets `engine_hidden` to the hidden it hands over.
+- `BoundedDrafter` (a device-resident drafter with its own ragged cache): the engine calls
+  `tighten` after reading each pipelined round.
+The engine looks the optional members up with getattr, so a drafter lacking one is served
+without that step; tests/workers/engine/test_drafter_protocol.py checks the drafters here
+provide what they claim.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import mlx.core as mx
 import numpy as np
@@ -81,6 +92,33 @@ class Drafter(Protocol):
         num_accepted is a device array only for drafters with `device_resident` set (their
         rounds are built before the host reads the last one: workers/engine.py pipelining).
         """
+
+
+@runtime_checkable
+class TargetHiddenDrafter(Drafter, Protocol):
+    """A drafter fed the target's hidden states (needs_target_hidden = True: an MTP head).
+
+    The target hidden exists in two forms: 'pre_norm' (the last decoder layer's output) and
+    'post_norm' (after the target's final norm: the lm_head's input, free to return)."""
+
+    @property
+    def hidden_norm(self) -> str:
+        """'pre_norm' | 'post_norm': the form this drafter reads (a checkpoint setting)."""
+
+    # 'pre_norm' | 'post_norm': the form the engine hands to add_rows/commit. The drafter starts
+    # at 'pre_norm' and converts itself; an engine whose forwards return the post-norm hidden
+    # (hidden_norm == 'post_norm') sets 'post_norm' once, before the first add_rows.
+    engine_hidden: str
+
+
+@runtime_checkable
+class BoundedDrafter(Drafter, Protocol):
+    """A device-resident drafter with its own ragged cache, whose host-side length bounds the
+    engine tightens once it has read a pipelined round (as it does for the target's cache)."""
+
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
+        """bounds: [B] int64, each row's exact committed length (history minus its unverified
+        last token); rows: [B] bool, the rows to narrow (live ones; the others keep theirs)."""
 
 
 def empty_proposal(batch_size: int) -> Proposal:

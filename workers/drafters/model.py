@@ -21,6 +21,7 @@ import numpy as np
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
+from workers.language_model import LanguageModel
 
 
 class ModelDrafter:
@@ -28,7 +29,7 @@ class ModelDrafter:
     needs_target_hidden = False
     device_resident = False  # its tails come from the host's exact histories and lengths
 
-    def __init__(self, model: object, prefill_step_size: int = 512):
+    def __init__(self, model: LanguageModel, prefill_step_size: int = 512):
         self.model = model
         self.prefill_step_size = prefill_step_size
         self.cache = BatchCache.for_model(model)

@@ -7,7 +7,9 @@ commit, because the next verify supplies the true hidden states for the accepted
 
 Per round, for row r that accepted a_r drafts last round, the first MTP window holds a_r + 1
 real pairs: (h of window position i, committed token after it), i = 0..a_r; its last output
-proposes draft 1. Draft j > 1 chains (the head's output g, draft j-1). A row that just
+proposes draft 1. Rounds that draft nothing (adaptive depth 0) leave their pairs in a backlog;
+the next drafting round runs the whole backlog through the head as one window (`Pairs.packed`),
+so an MTP head the depth policy has switched off costs one head step per `max_backlog` rounds. Draft j > 1 chains (the head's output g, draft j-1). A row that just
 joined has no verified hidden for its newest token yet, so it drafts nothing in its first round.
 
 Which hidden the head reads (before or after the target's final norm; g before or after
@@ -18,6 +20,7 @@ Which hidden the head reads (before or after the target's final norm; g before o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -48,15 +51,14 @@ class MTPDrafter:
         # lm_head's input, free) sets this to "post_norm" and the norm is not computed twice.
         self.engine_hidden = "pre_norm"
         self.cache = BatchCache([False])
-        # Verified pairs not yet run into the MTP cache, per row, all on the device so that a
-        # round can be built before the host has read the last one: hidden [B, P, H], the
-        # committed token after each [B, P], and how many are valid [B] (last verify's
-        # accepted + 1). `ready` [B] (host): the row has been verified at least once; a row
-        # that just joined has no verified hidden for its newest token and drafts nothing.
-        self.pending: mx.array | None = None
-        self.pending_tokens: mx.array | None = None
-        self.num_pending: mx.array = mx.zeros(0, dtype=mx.int32)
-        self.num_pending_host: np.ndarray | None = None  # the same counts, when the host has them
+        # Verified pairs not yet run into the MTP cache, one entry per verify since the last
+        # absorb (rounds that draft nothing leave them here: absorbing several rounds at once is
+        # one head step instead of one per round), all on the device so that a round can be
+        # built before the host has read the last one. `ready` [B] (host): the row has been
+        # verified at least once; a row that just joined has no verified hidden for its newest
+        # token and drafts nothing.
+        self.backlog: list[Pairs] = []
+        self.max_backlog = 8  # absorb once more verifies wait than this (bounds memory)
         self.ready = np.zeros(0, dtype=bool)
         self._chained = np.zeros(0, dtype=np.int64)
         self.histories: list[Sequence[int]] = []  # live references to the rows' histories
@@ -101,32 +103,14 @@ class MTPDrafter:
         self.cache.append(new)
         self.histories.extend(histories)
         self.ready = np.concatenate([self.ready, np.zeros(n, dtype=bool)])
-        if self.pending is not None and self.pending_tokens is not None:  # no pairs for joiners
-            P, H = self.pending.shape[1:]
-            self.pending = mx.concatenate([self.pending, mx.zeros((n, P, H), self.pending.dtype)])
-            self.pending_tokens = mx.concatenate(
-                [self.pending_tokens, mx.zeros((n, P), self.pending_tokens.dtype)]
-            )
-            self.num_pending = mx.concatenate([self.num_pending, mx.zeros(n, dtype=mx.int32)])
-            if self.num_pending_host is not None:
-                self.num_pending_host = np.concatenate(
-                    [self.num_pending_host, np.zeros(n, dtype=np.int64)]
-                )
+        self.backlog = [p.with_rows_added(n) for p in self.backlog]  # no pairs for joiners
 
     def keep_rows(self, keep: Sequence[int]) -> None:
         idx = list(keep)
         self.cache.keep_rows(idx)
         self.ready = self.ready[idx]
         self.histories = [self.histories[i] for i in idx]
-        if self.pending is not None and self.pending_tokens is not None:
-            if not idx:
-                self.pending = self.pending_tokens = self.num_pending_host = None
-                return
-            rows = mx.array(np.asarray(idx, dtype=np.int32))
-            self.pending, self.pending_tokens = self.pending[rows], self.pending_tokens[rows]
-            self.num_pending = self.num_pending[rows]
-            if self.num_pending_host is not None:
-                self.num_pending_host = self.num_pending_host[idx]
+        self.backlog = [p.with_rows(idx) for p in self.backlog] if idx else []
 
     def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
         """The host learnt the target cache's committed lengths after the round whose pairs were
@@ -141,8 +125,10 @@ class MTPDrafter:
         self.histories = list(request.histories)
         depths = np.where(self.ready, np.asarray(request.depths, dtype=np.int64), 0)
         B, K = len(depths), int(depths.max(initial=0))
+        if K == 0:
+            return empty_proposal(B)  # the pairs wait in the backlog for a drafting round
         first = self._absorb()
-        if K == 0 or first is None:
+        if first is None:
             return empty_proposal(B)
         chain, normed, last = first  # last: [B] index of each row's last valid pair
         drafted, probs = [], []
@@ -173,40 +159,40 @@ class MTPDrafter:
         if self._chained.shape[0] == self.cache.num_rows and self._chained.any():
             self.cache.rollback(self._chained)
         self._chained = np.zeros(0, dtype=np.int64)
-        self.absorb_pending()  # pairs left over when this round drafted nothing
         if hidden is None:
             return
         if tokens is None:
             raise ValueError("MTPDrafter.commit needs the committed tokens with the hidden")
         # Window position i's hidden pairs with the committed token after it: i = 0 .. a_r.
-        self.pending = self._head_hidden(hidden)
-        self.pending_tokens = mx.array(tokens) if isinstance(tokens, np.ndarray) else tokens
+        tok = mx.array(tokens) if isinstance(tokens, np.ndarray) else tokens
         if isinstance(num_accepted, mx.array):
-            self.num_pending, self.num_pending_host = num_accepted.astype(mx.int32) + 1, None
+            pairs = Pairs(self._head_hidden(hidden), tok, num_accepted.astype(mx.int32) + 1)
         else:
-            self.num_pending_host = np.asarray(num_accepted, dtype=np.int64) + 1
-            self.num_pending = mx.array(self.num_pending_host.astype(np.int32))
+            host = np.asarray(num_accepted, dtype=np.int64) + 1
+            pairs = Pairs(self._head_hidden(hidden), tok, mx.array(host.astype(np.int32)), host)
+        self.backlog.append(pairs)
         self.ready = np.ones(self.cache.num_rows, dtype=bool)
-
-    def absorb_pending(self) -> None:
-        self._absorb()  # outputs unused: the engine drafted nothing this round
+        if len(self.backlog) > self.max_backlog:  # no round has drafted for a while
+            newest = self.backlog.pop()
+            self._absorb()  # outputs unused; the newest pairs stay for the next draft
+            self.backlog = [newest]
 
     def _absorb(self) -> tuple[mx.array, mx.array, mx.array] | None:
-        """Run the pending verified pairs into the cache; outputs at each row's last pair:
-        (chain [B, P, H], normed [B, P, H], index of the last valid pair [B])."""
-        if self.pending is None or self.pending_tokens is None:
+        """Run every backlogged verified pair into the cache in one head step; outputs at
+        each row's last pair: (chain [B, W, H], normed [B, W, H], last valid index [B])."""
+        if not self.backlog:
             return None
-        P = self.pending_tokens.shape[1]
+        pairs = self.backlog[0] if len(self.backlog) == 1 else Pairs.packed(self.backlog)
+        self.backlog = []
+        W = pairs.tokens.shape[1]
         chain, normed = self._step(
-            self.cache, self.pending, self.pending_tokens, np.full(self.cache.num_rows, P)
+            self.cache, pairs.hidden, pairs.tokens, np.full(self.cache.num_rows, W)
         )
-        if self.num_pending_host is not None:
-            self.cache.commit(self.num_pending_host)
+        if pairs.count_host is not None:
+            self.cache.commit(pairs.count_host)
         else:  # counts still on the device: the host keeps an upper bound
-            self.cache.commit_lazy(self.num_pending, P)
-        last = mx.maximum(self.num_pending - 1, 0)
-        self.pending = self.pending_tokens = None
-        self.num_pending_host = None
+            self.cache.commit_lazy(pairs.count, W)
+        last = mx.maximum(pairs.count - 1, 0)
         return chain, normed, last  # lazy: evaluated with the verify that consumes the drafts
 
     def _head_hidden(self, hidden: mx.array) -> mx.array:
@@ -226,6 +212,51 @@ class MTPDrafter:
     ) -> tuple[mx.array, mx.array]:
         cache.set_window_valid(valid)
         return self.head.step(hidden, embed(self.target, tokens), cache=cache.layers[0])  # type: ignore[attr-defined]
+
+
+@dataclass
+class Pairs:
+    """Verified (hidden, next token) pairs of one or more verifies, not yet in the MTP cache."""
+
+    hidden: mx.array  # [B, P, H] as the head reads it
+    tokens: mx.array  # [B, P] the committed token after each hidden
+    count: mx.array  # [B] int32 valid pairs per row (a prefix)
+    count_host: np.ndarray | None = None  # the same counts, when the host has them
+
+    def with_rows_added(self, n: int) -> Pairs:
+        B, P, H = self.hidden.shape
+        return Pairs(
+            mx.concatenate([self.hidden, mx.zeros((n, P, H), self.hidden.dtype)]),
+            mx.concatenate([self.tokens, mx.zeros((n, P), self.tokens.dtype)]),
+            mx.concatenate([self.count, mx.zeros(n, dtype=mx.int32)]),
+            None
+            if self.count_host is None
+            else np.concatenate([self.count_host, np.zeros(n, dtype=np.int64)]),
+        )
+
+    def with_rows(self, idx: list[int]) -> Pairs:
+        rows = mx.array(np.asarray(idx, dtype=np.int32))
+        host = None if self.count_host is None else self.count_host[idx]
+        return Pairs(self.hidden[rows], self.tokens[rows], self.count[rows], host)
+
+    @classmethod
+    def packed(cls, parts: list[Pairs]) -> Pairs:
+        """One window holding every part's valid pairs back to back, per row: part j's pairs
+        start where part j-1's valid ones end (its padding is overwritten by part j)."""
+        B, _, H = parts[0].hidden.shape
+        W = sum(p.tokens.shape[1] for p in parts)
+        tokens = mx.zeros((B, W), dtype=mx.int32)
+        hidden = mx.zeros((B, W, H), dtype=parts[0].hidden.dtype)
+        offset = mx.zeros((B,), dtype=mx.int32)
+        for p in parts:
+            idx = offset[:, None] + mx.arange(p.tokens.shape[1])[None]  # [B, P]
+            tokens = mx.put_along_axis(tokens, idx, p.tokens.astype(mx.int32), axis=1)
+            hidden = mx.put_along_axis(hidden, mx.broadcast_to(idx[..., None], (*idx.shape, H)),
+                                       p.hidden, axis=1)  # fmt: skip
+            offset = offset + p.count
+        hosts = [p.count_host for p in parts if p.count_host is not None]
+        host = np.sum(hosts, axis=0) if len(hosts) == len(parts) else None
+        return cls(hidden, tokens, offset, host)
 
 
 def _pad_axis1(x: mx.array, width: int) -> mx.array:

@@ -1,6 +1,6 @@
 """Lossless sampling for speculative decoding: positioned keys, processors, acceptance."""
 
-from workers.sampling.accept import coupled_accept, rejection_accept
+from workers.accept import coupled_accept, rejection_accept
 from workers.sampling.keys import (
     STREAM_ACCEPT,
     STREAM_DRAFT,

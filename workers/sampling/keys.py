@@ -6,10 +6,10 @@ Seeded sampling in specfleet is defined once, everywhere (plain decode, verify, 
 
 which is MLX's `categorical(warped_logits, key=k)` written out (Gumbel-max trick). The key
 depends only on the request's seed and the token's absolute position in that request, never on
-the batch a row happens to share or on a global RNG (seed 002: batch-dependent draws make a
-seeded request's output change with its neighbours). Speculation therefore cannot change a
-coupled/exact row's output: the target's sample at position t is the same number whichever
-round, depth or batch computes it.
+the batch a row happens to share or on a global RNG (docs/field-failures.md, seed 002:
+batch-dependent draws make a seeded request's output change with its neighbours).
+Speculation therefore cannot change a coupled/exact row's output: the target's sample at
+position t is the same number whichever round, depth or batch computes it.
 
 Streams keep independent uses of one (seed, position) apart: the target's sample, a rejection
 drafter's own sample, and the acceptance uniform must be independent for Leviathan et al.'s

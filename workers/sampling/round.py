@@ -4,9 +4,9 @@ Built per round from the running rows (per-row SamplingParams, seed, history). E
 its own rule, in one batch:
 - greedy (temperature 0): argmax of the penalised logits; exact match.
 - coupled: the drafter samples with the target's (seed, position) Gumbel noise; accept while
-  the draft equals the target's sample (workers.sampling.accept.coupled_accept).
+  the draft equals the target's sample (workers.accept.coupled_accept).
 - exact: the drafter samples with its own noise stream; accept on equality (the baseline that
-  seed 003 measured at 5% acceptance). Lossless too: every emitted token is the target's sample.
+  docs/field-failures.md, seed 003, measured at 5% acceptance). Lossless too: every emitted token is the target's sample.
 - rejection: the drafter samples x ~ q with its own stream and reports q; Leviathan et al.'s
   rule (rejection_accept). Point-mass drafters (n-gram) report no q.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from workers.accept import coupled_accept, rejection_accept
 from workers.drafters.base import Proposal
-from workers.sampling.accept import coupled_accept, rejection_accept
 from workers.sampling.keys import (
     STREAM_ACCEPT,
     STREAM_DRAFT,

@@ -47,6 +47,7 @@ class MetricsSink(Protocol):
     def on_round(self, stats: RoundStats) -> None: ...
     def on_outputs(self, outputs: list[RequestOutput], now: float) -> None: ...
     def set_queue(self, num_running: int, num_waiting: int) -> None: ...
+    def set_prefix_cache(self, info: EngineInfo) -> None: ...
 
 
 class WorkerUnavailable(Exception):
@@ -296,6 +297,7 @@ class EngineLoop:
             self._metrics.on_outputs(outputs, now)
             info = self._engine.info()
             self._metrics.set_queue(info.num_running, info.num_waiting)
+            self._metrics.set_prefix_cache(info)
         by_session: dict[int, list[RequestOutput | RequestError]] = {}
         for out in outputs:
             owner = self._live.get(out.request_id)

@@ -13,9 +13,10 @@ from workers.config import KV_BITS, KV_GROUP_SIZES, EngineConfig
 
 
 def serving_config(**overrides: Any) -> EngineConfig:
-    """EngineConfig with the serving default: each round drafts only as deep as the worker's
-    own timings say pays (adaptive_depth; the library default is off, for reproducible runs)."""
-    return EngineConfig(**{"adaptive_depth": True, **overrides})
+    """EngineConfig with the serving defaults: each round drafts only as deep as the worker's
+    own timings say pays (adaptive_depth), and prompts reuse cached prefixes
+    (prefix_cache_tokens=-1: a quarter of the KV budget). The library defaults are off."""
+    return EngineConfig(**{"adaptive_depth": True, "prefix_cache_tokens": -1, **overrides})
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class EngineSpec:
             keep_quantized=args.keep_quantized,
             kv_bits=args.kv_bits,
             kv_group_size=args.kv_group_size,
+            prefix_cache_tokens=args.prefix_cache_tokens,
         )
         return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
@@ -83,6 +85,10 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
     p.add_argument(
         "--keep-quantized", action="store_true",
         help="CPU: keep a quantized model's layers quantized (default: dequantize to fp32 at load)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prefix-cache-tokens", type=int, default=-1, metavar="N",
+        help="prompt-prefix KV tokens kept for reuse; 0 = off (default: a quarter of the KV budget)",
     )  # fmt: skip
     p.add_argument(
         "--kv-bits", type=int, choices=KV_BITS,

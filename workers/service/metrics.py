@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from workers.types import RequestOutput, RoundStats
+from workers.types import EngineInfo, RequestOutput, RoundStats
 
 PREFIX = "specfleet_"
 LABELS = ("worker", "model")
@@ -130,6 +130,29 @@ class WorkerMetrics:
         )
         self.generation_tokens = counter("generation_tokens", "Tokens emitted to clients.")
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens prefilled.")
+        # Prefix cache, vLLM's prefix_cache_queries / prefix_cache_hits semantics (tokens):
+        # hit rate = rate(hits) / rate(queries), per worker in PromQL.
+        self.prefix_queries = counter(
+            "prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
+        )
+        self.prefix_hits = counter(
+            "prefix_cache_hits", "Prompt tokens found in the prefix cache (prefill skipped)."
+        )
+        self.prefix_evicted = counter(
+            "prefix_cache_evicted_tokens", "Prefix-cache tokens evicted (least recently used)."
+        )
+        self.prefix_usage = Gauge(
+            PREFIX + "prefix_cache_usage_tokens", "Tokens held by the prefix cache.", LABELS,
+            registry=r,
+        )  # fmt: skip
+        self.prefix_capacity = Gauge(
+            PREFIX + "prefix_cache_capacity_tokens",
+            "Prefix-cache capacity in tokens; `state` is on, off, or why the engine refused it "
+            "(recurrent_layers: hybrid models are not cached).",
+            (*LABELS, "state"),
+            registry=r,
+        )
+        self._prefix_state: str | None = None
         self.request_success = counter(
             "request_success", "Finished requests by finish reason.", ("finished_reason",)
         )
@@ -166,6 +189,10 @@ class WorkerMetrics:
             self.num_accepted_tokens,
             self.generation_tokens,
             self.prompt_tokens,
+            self.prefix_queries,
+            self.prefix_hits,
+            self.prefix_evicted,
+            self.prefix_usage,
             self.ttft,
             self.itl,
             self.e2e,
@@ -193,6 +220,9 @@ class WorkerMetrics:
         for pos, n in enumerate(stats.accepted_per_pos):
             self.accepted_per_pos.labels(**lab, position=str(pos)).inc(n)
         self.prompt_tokens.labels(**lab).inc(stats.num_prefill_tokens)
+        self.prefix_queries.labels(**lab).inc(stats.num_prefix_queried_tokens)
+        self.prefix_hits.labels(**lab).inc(stats.num_prefix_hit_tokens)
+        self.prefix_evicted.labels(**lab).inc(stats.num_prefix_evicted_tokens)
         if stats.batch_size > 0:  # a decode round ran (prefill-only rounds have no draft/verify)
             self.batch_size.labels(**lab).observe(stats.batch_size)
             for phase in ROUND_PHASES:
@@ -224,6 +254,15 @@ class WorkerMetrics:
     def set_queue(self, num_running: int, num_waiting: int) -> None:
         self.num_running.labels(**self.labels).set(num_running)
         self.num_waiting.labels(**self.labels).set(num_waiting)
+
+    def set_prefix_cache(self, info: EngineInfo) -> None:
+        state = getattr(info, "prefix_cache_state", "off")
+        if state != self._prefix_state:  # one series per worker: drop the old state's
+            if self._prefix_state is not None:
+                self.prefix_capacity.remove(*self.labels.values(), self._prefix_state)
+            self._prefix_state = state
+        self.prefix_capacity.labels(**self.labels, state=state).set(info.prefix_cache_tokens)
+        self.prefix_usage.labels(**self.labels).set(info.prefix_cache_used_tokens)
 
     # ------------------------------------------------------------ HTTP endpoint
 

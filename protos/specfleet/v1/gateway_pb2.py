@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/specfleet/v1/gateway.proto\x12\x0cspecfleet.v1\"\xe2\x03\n\x08Sampling\x12\x17\n\nmax_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\rH\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x05\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x0f \x03(\r\x12\x17\n\nignore_eos\x18\t \x01(\x08H\x06\x88\x01\x01\x12\x18\n\x0b\x64raft_depth\x18\n \x01(\rH\x07\x88\x01\x01\x12\x12\n\nacceptance\x18\x0b \x01(\t\x12\x1f\n\x12repetition_penalty\x18\x0c \x01(\x01H\x08\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\r \x01(\x01H\t\x88\x01\x01\x12\x10\n\x08logprobs\x18\x0e \x01(\x08\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x07\n\x05_seedB\r\n\x0b_ignore_eosB\x0e\n\x0c_draft_depthB\x15\n\x13_repetition_penaltyB\x13\n\x11_presence_penaltyJ\x04\x08\x08\x10\t\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\";\n\x0c\x43hatMessages\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.specfleet.v1.ChatMessage\"\xdb\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12*\n\x04\x63hat\x18\x04 \x01(\x0b\x32\x1a.specfleet.v1.ChatMessagesH\x00\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\r\x12(\n\x08sampling\x18\x05 \x01(\x0b\x32\x16.specfleet.v1.Sampling\x12\x10\n\x08priority\x18\x06 \x01(\x05\x12\x11\n\ttimeout_s\x18\x07 \x01(\x01\x42\x07\n\x05inputJ\x04\x08\x03\x10\x04\"\x90\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x10\n\x08requeues\x18\x05 \x01(\r\x12\x14\n\x0cqueue_time_s\x18\x06 \x01(\x01\"\xaf\x01\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x08 \x03(\r\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.specfleet.v1.Usage\x12\x10\n\x08logprobs\x18\t \x03(\x02J\x04\x08\x03\x10\x04J\x04\x08\x07\x10\x08\"\x9e\x01\n\x0eGenerateResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x07 \x03(\r\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\"\n\x05usage\x18\x05 \x01(\x0b\x32\x13.specfleet.v1.Usage\x12\x10\n\x08logprobs\x18\x08 \x03(\x02J\x04\x08\x03\x10\x04J\x04\x08\x06\x10\x07\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"E\n\x12SubmitBatchRequest\x12/\n\x08requests\x18\x01 \x03(\x0b\x32\x1d.specfleet.v1.GenerateRequest\"q\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1c.specfleet.v1.GenerateResult\x12\"\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x13.specfleet.v1.Error\"=\n\x13SubmitBatchResponse\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.specfleet.v1.BatchItem\"$\n\rCancelRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"\x14\n\x12\x43lusterInfoRequest\"\xe5\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bmetrics_url\x18\x03 \x01(\t\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\r\n\x05state\x18\x05 \x01(\t\x12\x10\n\x08model_id\x18\x06 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x07 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\r\x12\x18\n\x10kv_budget_tokens\x18\t \x01(\r\x12\x10\n\x08inflight\x18\n \x01(\r\x12\x13\n\x0b\x63onnections\x18\x0b \x01(\r\"\xd1\x01\n\x13\x43lusterInfoResponse\x12+\n\x07workers\x18\x01 \x03(\x0b\x32\x1a.specfleet.v1.WorkerStatus\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\r\x12\x11\n\tmax_queue\x18\x03 \x01(\r\x12\x15\n\rlive_requests\x18\x04 \x01(\r\x12\x13\n\x0bmetrics_url\x18\x05 \x01(\t\x12\x10\n\x08model_id\x18\x06 \x01(\t\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x13\n\x0bmax_context\x18\x08 \x01(\r2\x87\x03\n\x07Gateway\x12H\n\x08Generate\x12\x1d.specfleet.v1.GenerateRequest\x1a\x1b.specfleet.v1.GenerateEvent0\x01\x12\x45\n\x06Submit\x12\x1d.specfleet.v1.GenerateRequest\x1a\x1c.specfleet.v1.GenerateResult\x12R\n\x0bSubmitBatch\x12 .specfleet.v1.SubmitBatchRequest\x1a!.specfleet.v1.SubmitBatchResponse\x12\x43\n\x06\x43\x61ncel\x12\x1b.specfleet.v1.CancelRequest\x1a\x1c.specfleet.v1.CancelResponse\x12R\n\x0b\x43lusterInfo\x12 .specfleet.v1.ClusterInfoRequest\x1a!.specfleet.v1.ClusterInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/specfleet/v1/gateway.proto\x12\x0cspecfleet.v1\"\xe2\x03\n\x08Sampling\x12\x17\n\nmax_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\rH\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x05\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x0f \x03(\r\x12\x17\n\nignore_eos\x18\t \x01(\x08H\x06\x88\x01\x01\x12\x18\n\x0b\x64raft_depth\x18\n \x01(\rH\x07\x88\x01\x01\x12\x12\n\nacceptance\x18\x0b \x01(\t\x12\x1f\n\x12repetition_penalty\x18\x0c \x01(\x01H\x08\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\r \x01(\x01H\t\x88\x01\x01\x12\x10\n\x08logprobs\x18\x0e \x01(\x08\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x07\n\x05_seedB\r\n\x0b_ignore_eosB\x0e\n\x0c_draft_depthB\x15\n\x13_repetition_penaltyB\x13\n\x11_presence_penaltyJ\x04\x08\x08\x10\t\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\";\n\x0c\x43hatMessages\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.specfleet.v1.ChatMessage\"\xdb\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12*\n\x04\x63hat\x18\x04 \x01(\x0b\x32\x1a.specfleet.v1.ChatMessagesH\x00\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\r\x12(\n\x08sampling\x18\x05 \x01(\x0b\x32\x16.specfleet.v1.Sampling\x12\x10\n\x08priority\x18\x06 \x01(\x05\x12\x11\n\ttimeout_s\x18\x07 \x01(\x01\x42\x07\n\x05inputJ\x04\x08\x03\x10\x04\"\xa7\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x10\n\x08requeues\x18\x05 \x01(\r\x12\x14\n\x0cqueue_time_s\x18\x06 \x01(\x01\x12\x15\n\rcached_tokens\x18\x07 \x01(\r\"\xaf\x01\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x08 \x03(\r\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.specfleet.v1.Usage\x12\x10\n\x08logprobs\x18\t \x03(\x02J\x04\x08\x03\x10\x04J\x04\x08\x07\x10\x08\"\x9e\x01\n\x0eGenerateResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x07 \x03(\r\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\"\n\x05usage\x18\x05 \x01(\x0b\x32\x13.specfleet.v1.Usage\x12\x10\n\x08logprobs\x18\x08 \x03(\x02J\x04\x08\x03\x10\x04J\x04\x08\x06\x10\x07\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"E\n\x12SubmitBatchRequest\x12/\n\x08requests\x18\x01 \x03(\x0b\x32\x1d.specfleet.v1.GenerateRequest\"q\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1c.specfleet.v1.GenerateResult\x12\"\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x13.specfleet.v1.Error\"=\n\x13SubmitBatchResponse\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.specfleet.v1.BatchItem\"$\n\rCancelRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"\x14\n\x12\x43lusterInfoRequest\"\xe5\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x13\n\x0bmetrics_url\x18\x03 \x01(\t\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\r\n\x05state\x18\x05 \x01(\t\x12\x10\n\x08model_id\x18\x06 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x07 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\r\x12\x18\n\x10kv_budget_tokens\x18\t \x01(\r\x12\x10\n\x08inflight\x18\n \x01(\r\x12\x13\n\x0b\x63onnections\x18\x0b \x01(\r\"\xd1\x01\n\x13\x43lusterInfoResponse\x12+\n\x07workers\x18\x01 \x03(\x0b\x32\x1a.specfleet.v1.WorkerStatus\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\r\x12\x11\n\tmax_queue\x18\x03 \x01(\r\x12\x15\n\rlive_requests\x18\x04 \x01(\r\x12\x13\n\x0bmetrics_url\x18\x05 \x01(\t\x12\x10\n\x08model_id\x18\x06 \x01(\t\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x13\n\x0bmax_context\x18\x08 \x01(\r2\x87\x03\n\x07Gateway\x12H\n\x08Generate\x12\x1d.specfleet.v1.GenerateRequest\x1a\x1b.specfleet.v1.GenerateEvent0\x01\x12\x45\n\x06Submit\x12\x1d.specfleet.v1.GenerateRequest\x1a\x1c.specfleet.v1.GenerateResult\x12R\n\x0bSubmitBatch\x12 .specfleet.v1.SubmitBatchRequest\x1a!.specfleet.v1.SubmitBatchResponse\x12\x43\n\x06\x43\x61ncel\x12\x1b.specfleet.v1.CancelRequest\x1a\x1c.specfleet.v1.CancelResponse\x12R\n\x0b\x43lusterInfo\x12 .specfleet.v1.ClusterInfoRequest\x1a!.specfleet.v1.ClusterInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,29 +40,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATEREQUEST']._serialized_start=644
   _globals['_GENERATEREQUEST']._serialized_end=863
   _globals['_USAGE']._serialized_start=866
-  _globals['_USAGE']._serialized_end=1010
-  _globals['_GENERATEEVENT']._serialized_start=1013
-  _globals['_GENERATEEVENT']._serialized_end=1188
-  _globals['_GENERATERESULT']._serialized_start=1191
-  _globals['_GENERATERESULT']._serialized_end=1349
-  _globals['_ERROR']._serialized_start=1351
-  _globals['_ERROR']._serialized_end=1389
-  _globals['_SUBMITBATCHREQUEST']._serialized_start=1391
-  _globals['_SUBMITBATCHREQUEST']._serialized_end=1460
-  _globals['_BATCHITEM']._serialized_start=1462
-  _globals['_BATCHITEM']._serialized_end=1575
-  _globals['_SUBMITBATCHRESPONSE']._serialized_start=1577
-  _globals['_SUBMITBATCHRESPONSE']._serialized_end=1638
-  _globals['_CANCELREQUEST']._serialized_start=1640
-  _globals['_CANCELREQUEST']._serialized_end=1676
-  _globals['_CANCELRESPONSE']._serialized_start=1678
-  _globals['_CANCELRESPONSE']._serialized_end=1713
-  _globals['_CLUSTERINFOREQUEST']._serialized_start=1715
-  _globals['_CLUSTERINFOREQUEST']._serialized_end=1735
-  _globals['_WORKERSTATUS']._serialized_start=1738
-  _globals['_WORKERSTATUS']._serialized_end=1967
-  _globals['_CLUSTERINFORESPONSE']._serialized_start=1970
-  _globals['_CLUSTERINFORESPONSE']._serialized_end=2179
-  _globals['_GATEWAY']._serialized_start=2182
-  _globals['_GATEWAY']._serialized_end=2573
+  _globals['_USAGE']._serialized_end=1033
+  _globals['_GENERATEEVENT']._serialized_start=1036
+  _globals['_GENERATEEVENT']._serialized_end=1211
+  _globals['_GENERATERESULT']._serialized_start=1214
+  _globals['_GENERATERESULT']._serialized_end=1372
+  _globals['_ERROR']._serialized_start=1374
+  _globals['_ERROR']._serialized_end=1412
+  _globals['_SUBMITBATCHREQUEST']._serialized_start=1414
+  _globals['_SUBMITBATCHREQUEST']._serialized_end=1483
+  _globals['_BATCHITEM']._serialized_start=1485
+  _globals['_BATCHITEM']._serialized_end=1598
+  _globals['_SUBMITBATCHRESPONSE']._serialized_start=1600
+  _globals['_SUBMITBATCHRESPONSE']._serialized_end=1661
+  _globals['_CANCELREQUEST']._serialized_start=1663
+  _globals['_CANCELREQUEST']._serialized_end=1699
+  _globals['_CANCELRESPONSE']._serialized_start=1701
+  _globals['_CANCELRESPONSE']._serialized_end=1736
+  _globals['_CLUSTERINFOREQUEST']._serialized_start=1738
+  _globals['_CLUSTERINFOREQUEST']._serialized_end=1758
+  _globals['_WORKERSTATUS']._serialized_start=1761
+  _globals['_WORKERSTATUS']._serialized_end=1990
+  _globals['_CLUSTERINFORESPONSE']._serialized_start=1993
+  _globals['_CLUSTERINFORESPONSE']._serialized_end=2202
+  _globals['_GATEWAY']._serialized_start=2205
+  _globals['_GATEWAY']._serialized_end=2596
 # @@protoc_insertion_point(module_scope)

@@ -71,20 +71,22 @@ class GenerateRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., priority: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "requeues", "queue_time_s")
+    __slots__ = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "requeues", "queue_time_s", "cached_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REQUEUES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     draft_tokens: int
     accepted_tokens: int
     requeues: int
     queue_time_s: float
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., requeues: _Optional[int] = ..., queue_time_s: _Optional[float] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., requeues: _Optional[int] = ..., queue_time_s: _Optional[float] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("request_id", "text", "token_ids", "finished", "finish_reason", "usage", "logprobs")

@@ -30,7 +30,8 @@ def test_greedy_accept_table(drafts, n, target, acc, emit):
 
 
 def test_greedy_accept_reads_only_its_own_row_and_position():
-    """Seed 001: rows with the same drafts but different targets get their own counts."""
+    """Rows with the same drafts but different targets get their own counts
+    (docs/field-failures.md, seed 001)."""
     K = 16
     rng = np.random.default_rng(0)
     drafts = rng.integers(0, 50, size=(8, K))

@@ -253,3 +253,38 @@ def test_no_draft_rounds_with_rows_joining_and_leaving(models, drafter):
         step()
     for i, (p, n) in enumerate(zip(prompts, budgets)):
         assert_matches(got[f"r{i}"], reference_greedy(target, p, n), f"r{i}")
+
+
+class ZeroThenDeepPolicy(DepthPolicy):
+    """Depth 0 for the first `zero_rounds` rounds, then the full depth."""
+
+    zero_rounds = 6
+
+    def choose(self, batch_size: int) -> int:
+        return 0 if self._rounds < self.zero_rounds else self.max_depth
+
+
+def test_a_draft_model_does_no_work_while_the_policy_drafts_nothing(models):
+    """Depth-0 rounds run pipelined and leave the draft model untouched (not even a prefill);
+    when drafting starts it catches up on the skipped tokens and the output stays exact."""
+    target, draft = models
+    drafter = ModelDrafter(draft, prefill_step_size=4)  # small chunks: the catch-up path
+    engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3, adaptive_depth=True)
+    engine.depth_policy = ZeroThenDeepPolicy(max_depth=3)
+    prompts = mixed_prompts(4, seed=5)
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=16))
+    got: dict[str, list[int]] = {}
+    pipelined = 0
+    while engine.has_work():
+        for ev in engine.step():
+            got.setdefault(ev.request_id, []).extend(ev.new_tokens)
+        engine.depth_policy._rounds += 1  # this policy counts steps itself
+        pipelined += engine._flight is not None
+        if engine.depth_policy._rounds <= ZeroThenDeepPolicy.zero_rounds:
+            assert not drafter.cache.lengths.any(), "no draft-model work at depth 0"
+    assert pipelined >= 3, "depth-0 rounds with a host-side drafter run pipelined"
+    stats = engine.take_round_stats()
+    assert sum(s.num_draft_tokens for s in stats) > 0
+    for i, p in enumerate(prompts):
+        assert_matches(got[f"r{i}"], reference_greedy(target, p, 16), f"r{i}")

@@ -72,7 +72,8 @@ def test_ngram_matches_reference(setup, depth):
 
 
 def test_teacher_forced_gap_is_zero(setup):
-    """Seed 001's check: every committed token is the argmax of a plain full forward."""
+    """Every committed token is the argmax of a plain full forward (the check from
+    docs/field-failures.md, seed 001)."""
     target, draft, prompts, _ = setup
     engine = Engine(target, drafter=ModelDrafter(draft), max_batch_size=6, draft_depth=8)
     for prompt, out in zip(prompts, run(engine, prompts)):

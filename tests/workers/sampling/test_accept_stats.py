@@ -5,7 +5,8 @@ the previous token) with a small vocabulary lets us compute the exact per-positi
 non-speculative sampling. A deliberately different drafter proposes K tokens per round; 5,000
 trajectories run as 5,000 batch rows (each its own seed, ragged after the first round), through
 the real keys and accept functions. A per-position chi-square test against the exact marginals
-must pass for rejection_accept and must fail for seed 003's variant (resample from p).
+must pass for rejection_accept and must fail for the variant of docs/field-failures.md,
+seed 003 (resample from p).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from workers.accept import emitted_tokens
-from workers.sampling.accept import coupled_accept, rejection_accept
+from workers.accept import coupled_accept, emitted_tokens, rejection_accept
 from workers.sampling.keys import (
     STREAM_ACCEPT,
     STREAM_DRAFT,
@@ -41,7 +41,8 @@ DRAFT = rng.dirichlet(np.full(V, 0.3), size=V)
 
 
 def seed003_accept(draft_tokens, num_drafts, q, p, uniforms, gumbel):
-    """Seed 003's bug: accept with min(1, p/q) but resample from p after a rejection."""
+    """The variant of docs/field-failures.md, seed 003: accept with min(1, p/q) but resample
+    from p after a rejection."""
     B, Kd = draft_tokens.shape
     n, _ = rejection_accept(draft_tokens, num_drafts, q, p, uniforms, gumbel)
     log_p = mx.where(p > 0, mx.log(mx.maximum(p, 1e-38)), -mx.inf)

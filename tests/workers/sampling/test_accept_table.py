@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from workers.sampling.accept import coupled_accept, rejection_accept
+from workers.accept import coupled_accept, rejection_accept
 
 V = 5
 

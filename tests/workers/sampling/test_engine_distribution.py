@@ -19,8 +19,7 @@ from scipy import stats
 import workers.sampling.round as sampling_round
 from tests.tiny import perturbed, tiny_model
 from workers import Engine, ModelDrafter, SamplingParams
-from workers.accept import emitted_tokens
-from workers.sampling.accept import rejection_accept
+from workers.accept import emitted_tokens, rejection_accept
 from workers.sampling.processors import BatchSampling, warp
 
 V = 16
@@ -91,7 +90,8 @@ def test_engine_rejection_sampling_matches_target(models):
 
 
 def test_engine_with_seed003_resampling_fails(models, monkeypatch):
-    """The same test catches seed 003's bug (resample from p after a rejection)."""
+    """The same test catches the bug of docs/field-failures.md, seed 003 (resample from p
+    after a rejection)."""
 
     def resample_from_p(draft_tokens, num_drafts, q, p, uniforms, gumbel):
         n, _ = rejection_accept(draft_tokens, num_drafts, q, p, uniforms, gumbel)

@@ -9,7 +9,10 @@ from workers import Engine, ModelDrafter
 
 
 def make_engine(
-    drafter: str | None = "model", max_batch_size: int = 8, draft_depth: int = 3
+    drafter: str | None = "model",
+    max_batch_size: int = 8,
+    draft_depth: int = 3,
+    prefix_cache_tokens: int = 0,
 ) -> Engine:
     from tests.tiny import perturbed, tiny_model
 
@@ -21,6 +24,8 @@ def make_engine(
         drafter=draft,
         draft_depth=draft_depth,
         max_batch_size=max_batch_size,
+        prefix_cache_tokens=prefix_cache_tokens,
+        prefix_block_tokens=8,
         model_id="tiny-llama",
     )
 

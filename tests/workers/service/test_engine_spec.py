@@ -19,7 +19,9 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_flags_become_one_engine_config() -> None:
     spec = EngineSpec.from_args(parse("--draft-depth", "3", "--max-batch-size", "5"))
-    assert spec.config == EngineConfig(draft_depth=3, max_batch_size=5, adaptive_depth=True)
+    assert spec.config == EngineConfig(
+        draft_depth=3, max_batch_size=5, adaptive_depth=True, prefix_cache_tokens=-1
+    )
     fixed = EngineSpec.from_args(parse("--fixed-depth"))
     assert fixed.config.adaptive_depth is False and EngineSpec().config.adaptive_depth is True
     with pytest.raises(ValueError, match=r"EngineConfig\.draft_depth=99"):
@@ -36,6 +38,23 @@ def test_build_passes_the_config_through(monkeypatch: pytest.MonkeyPatch) -> Non
     spec = EngineSpec.from_args(parse("--draft-depth", "2", "--max-context", "64"))
     assert spec.build() == "eng"
     assert EngineConfig(**seen) == EngineConfig(
-        draft_depth=2, max_context=64, adaptive_depth=True, model_id=EngineConfig.model_id
+        draft_depth=2,
+        max_context=64,
+        adaptive_depth=True,
+        prefix_cache_tokens=-1,
+        model_id=EngineConfig.model_id,
     )
     assert "model_id" not in seen  # Engine.load names the model after its directory
+
+
+def test_prefix_cache_flag_serving_default_and_validation() -> None:
+    assert EngineConfig().prefix_cache_tokens == 0  # the library default: off
+    assert EngineSpec().config.prefix_cache_tokens == -1  # serving: auto-sized
+    assert EngineSpec.from_args(parse()).config.prefix_cache_tokens == -1
+    assert EngineSpec.from_args(parse("--prefix-cache-tokens", "0")).config.prefix_cache_tokens == 0
+    sized = EngineSpec.from_args(parse("--prefix-cache-tokens", "8192"))
+    assert sized.config.prefix_cache_tokens == 8192
+    with pytest.raises(ValueError, match=r"EngineConfig\.prefix_cache_tokens=-5 is invalid"):
+        EngineSpec.from_args(parse("--prefix-cache-tokens", "-5"))
+    with pytest.raises(ValueError, match=r"EngineConfig\.prefix_block_tokens=0 is invalid"):
+        EngineConfig(prefix_block_tokens=0)

@@ -181,6 +181,37 @@ def test_metrics_over_http_equal_engine_counts() -> None:
     assert not any("request_id" in dict(labels) for _, labels in m)
 
 
+def test_prefix_cache_hits_reach_the_wire_and_metrics() -> None:
+    """Shared-prefix prompts through a real worker: num_cached_tokens on the finish events, and
+    specfleet_prefix_cache_{queries,hits}_total equal to the engine's counts."""
+    spy = SpyEngine(make_engine(max_batch_size=4, prefix_cache_tokens=1024))
+    server, client = _serve(spy, model_name="tiny-llama", worker_id="w0")
+    shared = mixed_prompts(1, seed=8, lengths=[40])[0]  # 5 blocks of 8
+    prompts = {"first": shared + [1, 2], "second": shared + [3, 4, 5], "third": shared[:20]}
+    try:
+        got = {}
+        for rid, p in prompts.items():  # one at a time, so each later one finds the cache warm
+            got |= client.generate({rid: p}, SamplingParams(max_tokens=5))
+        m = _scrape(server.metrics_address)
+    finally:
+        client.close()
+        server.stop(grace=1)
+    cached = {rid: r.finish.num_cached_tokens for rid, r in got.items()}
+    assert cached == {"first": 0, "second": 40, "third": 16}
+    lab = (("model", "tiny-llama"), ("worker", "w0"))
+
+    def metric(name: str, **extra: str) -> float:
+        return m[("specfleet_" + name, tuple(sorted((*lab, *extra.items()))))]
+
+    assert metric("prefix_cache_queries_total") == sum(map(len, prompts.values()))
+    assert (
+        metric("prefix_cache_hits_total") == 56 == sum(s.num_prefix_hit_tokens for s in spy.rounds)
+    )
+    assert metric("prefix_cache_capacity_tokens", state="on") == 1024
+    assert metric("prefix_cache_usage_tokens") == 40  # the shared 5 blocks, stored once
+    assert metric("prefix_cache_evicted_tokens_total") == 0
+
+
 def _wait_rows_free(client: WorkerClient, max_batch_size: int, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

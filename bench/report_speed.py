@@ -1,0 +1,91 @@
+"""RESULTS.md section for issue 11's speed targets (P1-P5) from the engine and GPU JSON.
+
+P1 plain ÷ BatchGenerator, P2 efficiency with a zero-cost always-right drafter (speedup over
+BatchGenerator ÷ tokens per round), P3 MTP speedups, P4 a drafter that does not pay, P5 the
+hybrid peer model. Every ratio was measured in one process, side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ratio(row: dict, name: str, base: str = "mlx_lm_batch_generator") -> str:
+    if name not in row or base not in row:
+        return "–"
+    return f"{row[name]['tokens_per_s'] / row[base]['tokens_per_s']:.2f}"
+
+
+def engine_ratios(data: dict, label: str) -> list[str]:
+    """P1/P3/P4 rows from a bench/engine.py JSON (greedy)."""
+    rows = data.get("batch", {}).get("T=0.0", {})
+    if not rows:
+        return []
+    out = [
+        f"**{label}** ({data.get('model')}, {data.get('machine')}):",
+        "",
+        "| B | plain ÷ BG | plain ÷ plain one-round-at-a-time | MTP ÷ BG | MTP ÷ plain | "
+        "4-bit draft fixed ÷ plain | 4-bit draft adaptive ÷ plain (learned / cold) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in sorted(rows, key=int):
+        r = rows[b]
+        slow = (
+            f"{_ratio(r, 'specfleet_slow_draft_adaptive', 'specfleet_plain')} / "
+            f"{_ratio(r, 'specfleet_slow_draft_adaptive_cold', 'specfleet_plain')}"
+        )
+        out.append(
+            f"| {b} | {_ratio(r, 'specfleet_plain')} | "
+            f"{_ratio(r, 'specfleet_plain', 'specfleet_plain_sync')} | "
+            f"{_ratio(r, 'specfleet_mtp')} | {_ratio(r, 'specfleet_mtp', 'specfleet_plain')} | "
+            f"{_ratio(r, 'specfleet_slow_draft_fixed', 'specfleet_plain')} | {slow} |"
+        )
+    return out + [""]
+
+
+def gpu_section(gpu: dict, plot: Any) -> list[str]:
+    """P1 and P2 on the random Qwen3 presets (bench/gpu.py), with the efficiency plot."""
+    out = [
+        f"**Random Qwen3 shapes on the GPU** ({gpu['device']}, NVIDIA H200; bf16; "
+        f"{gpu['max_tokens']} new tokens; forced drafter depth {gpu['draft_depth']}):",
+        "",
+        "| model | B | plain ÷ BG | plain pipelined ÷ one round at a time | forced ÷ BG | "
+        "tokens/round | efficiency | verify(K+1) ÷ decode time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    series: dict[str, list[float]] = {}
+    bs: list[int] = []
+    for preset, entry in gpu["models"].items():
+        rows = entry["rows"]
+        bs = sorted(int(b) for b in rows)
+        series[f"{preset} efficiency"] = [rows[str(b)]["efficiency"] for b in bs]
+        for b in bs:
+            r = rows[str(b)]
+            out.append(
+                f"| {entry['model']} | {b} | {r['plain_over_batch_generator']:.2f} | "
+                f"{r['engine_plain_tokens_per_s'] / r['engine_plain_sync_tokens_per_s']:.2f} | "
+                f"{r['forced_over_batch_generator']:.2f} | {r['tokens_per_round']:.2f} | "
+                f"{r['efficiency']:.2f} | {r['verify_over_decode_time']:.2f} |"
+            )
+    png = plot(bs, series, "batch size", "efficiency (speedup ÷ tokens per round)",
+               "H200: forced-acceptance efficiency", "gpu_efficiency.png", logx=True)  # fmt: skip
+    return out + ["", f"![efficiency](results/{png})", ""]
+
+
+def speed_section(
+    engine_cpu: dict | None,
+    engine_real: dict | None,
+    engine_gpu: dict | None,
+    gpu: dict | None,
+    plot: Any,
+) -> list[str]:
+    out = ["## Speed (issue 11): pipelined rounds", ""]
+    if engine_cpu:
+        out += engine_ratios(engine_cpu, "Embedded default model, CPU")
+    if engine_real:
+        out += engine_ratios(engine_real, "A real trained checkpoint, CPU")
+    if engine_gpu:
+        out += engine_ratios(engine_gpu, "Embedded default model, GPU")
+    if gpu:
+        out += gpu_section(gpu, plot)
+    return out

@@ -1,0 +1,214 @@
+"""Prefix cache exactness: greedy output with the cache == without it == mlx-lm's reference.
+
+Prompts share a prefix with a first request at an exact block boundary, mid-block, the whole
+prompt, and one token past it, under every drafter; the cached token counts are asserted from
+the construction (blocks of 8 tokens), so a cache that silently missed would fail too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from tests.tiny import VOCAB, fit_mtp_head, perturbed, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
+from workers.drafters.mtp import MTPDrafter
+
+BS = 8  # prefix_block_tokens in these tests
+MAX_TOKENS = 16
+rng = np.random.default_rng(5)
+BASE = rng.integers(0, VOCAB, size=49).tolist()  # the first owner's prompt: 48 cacheable tokens
+
+
+def _other(n: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, VOCAB, size=n).tolist()
+
+
+# (name, prompt, tokens cached once BASE ran): the cache holds BASE[:48] as 6 blocks.
+FOLLOWERS = [
+    ("block_boundary", BASE[:32] + _other(9, 1), 32),
+    ("mid_block", BASE[:28] + _other(11, 2), 24),
+    ("whole_prompt", list(BASE), 48),  # history[:-1] is all cached: nothing to prefill
+    ("one_past", BASE + _other(1, 3), 48),
+    ("unrelated", _other(30, 4), 0),
+]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model("qwen3", seed=3)
+
+
+@pytest.fixture(scope="module")
+def refs(target):
+    prompts = [BASE] + [p for _, p, _ in FOLLOWERS]
+    return {tuple(p): reference_greedy(target, p, MAX_TOKENS) for p in prompts}
+
+
+@pytest.fixture(scope="module")
+def mtp_head(target):
+    return fit_mtp_head(target, steps=60)
+
+
+def _drafter(kind: str, target, mtp_head):
+    if kind == "model":
+        return ModelDrafter(perturbed(target, scale=0.35))
+    if kind == "ngram":
+        return NgramDrafter()
+    if kind == "mtp":
+        return MTPDrafter(target, mtp_head)
+    return None
+
+
+def _engine(target, drafter, cache_tokens: int, **kw) -> Engine:
+    return Engine(
+        target,
+        drafter=drafter,
+        prefix_cache_tokens=cache_tokens,
+        prefix_block_tokens=BS,
+        draft_depth=3,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram", "model", "mtp"])
+def test_shared_prefixes_match_reference_and_uncached(target, refs, mtp_head, drafter):
+    sp = SamplingParams(max_tokens=MAX_TOKENS)
+    results = {}
+    for cache_tokens in (0, 4096):
+        engine = _engine(target, _drafter(drafter, target, mtp_head), cache_tokens)
+        first = engine.generate([BASE], sp)
+        rest = engine.generate([p for _, p, _ in FOLLOWERS], sp)
+        results[cache_tokens] = first + rest
+        stats = engine.take_round_stats()
+        if cache_tokens:
+            assert first[0].num_cached_tokens == 0
+            for (name, _, want), out in zip(FOLLOWERS, rest):
+                assert out.num_cached_tokens == want, name
+            hits = sum(s.num_prefix_hit_tokens for s in stats)
+            assert hits == sum(w for *_, w in FOLLOWERS)
+            assert sum(s.num_prefix_queried_tokens for s in stats) == sum(
+                len(p) for p in [BASE] + [p for _, p, _ in FOLLOWERS]
+            )
+        else:
+            assert all(o.num_cached_tokens == 0 for o in results[0])
+    prompts = [BASE] + [p for _, p, _ in FOLLOWERS]
+    for i, prompt in enumerate(prompts):
+        for cache_tokens, outs in results.items():
+            assert_matches(
+                outs[i].tokens, refs[tuple(prompt)], f"{drafter} cache={cache_tokens} {i}"
+            )
+        if drafter == "mtp":
+            # Drafts read the prompt's hidden states: restored from the cache they propose the
+            # same tokens as a cold prefill, so the accept counts match too.
+            assert results[4096][i].num_accepted_tokens == results[0][i].num_accepted_tokens
+
+
+def test_eviction_under_a_tiny_budget(target, refs):
+    sp = SamplingParams(max_tokens=MAX_TOKENS)
+    other = _other(30, 4)
+    engine = _engine(target, None, 2 * BS)  # room for two blocks
+    engine.generate([BASE], sp)
+    assert engine.prefix_cache.used_tokens == 2 * BS
+    engine.generate([other], sp)  # its two blocks evict BASE's
+    again = engine.generate([BASE, other], sp)
+    assert [o.num_cached_tokens for o in again] == [0, 2 * BS]
+    stats = engine.take_round_stats()
+    assert sum(s.num_prefix_evicted_tokens for s in stats) >= 2 * BS
+    assert max(s.prefix_cache_used_tokens for s in stats) <= 2 * BS
+    assert_matches(again[0].tokens, refs[tuple(BASE)], "evicted")
+    assert_matches(again[1].tokens, refs[tuple(other)], "kept")
+
+
+def test_prefix_reused_while_its_owner_is_running(target, refs):
+    engine = _engine(target, NgramDrafter(), 4096)
+    engine.add_request("owner", BASE, SamplingParams(max_tokens=MAX_TOKENS))
+    got: dict[str, list[int]] = {"owner": [], "late": []}
+    cached = {}
+    while not got["owner"]:
+        for ev in engine.step():
+            got[ev.request_id] += ev.new_tokens
+    follower = FOLLOWERS[0][1]
+    engine.add_request("late", follower, SamplingParams(max_tokens=MAX_TOKENS))
+    owner_running_when_late_joined = False
+    while engine.has_work():
+        for ev in engine.step():
+            got[ev.request_id] += ev.new_tokens
+            cached[ev.request_id] = ev.num_cached_tokens
+        if any(r.request_id == "late" for r in engine.rows):
+            owner_running_when_late_joined |= any(r.request_id == "owner" for r in engine.rows)
+    assert owner_running_when_late_joined
+    assert cached == {"owner": 0, "late": 32}
+    assert_matches(got["owner"], refs[tuple(BASE)], "owner")
+    assert_matches(got["late"], refs[tuple(follower)], "late")
+
+
+def test_same_prefix_joiners_wait_one_prefill_then_hit(target, refs):
+    """Joiners sharing an uncached first block: one prefills it, the others wait a step and
+    hit; aborting a waiting one leaves the cache and the rest intact."""
+    engine = _engine(target, None, 4096, max_batch_size=8)
+    sp = SamplingParams(max_tokens=MAX_TOKENS)
+    prompts = {"a": BASE, "b": FOLLOWERS[0][1], "c": FOLLOWERS[1][1], "d": FOLLOWERS[3][1]}
+    for rid, p in prompts.items():
+        engine.add_request(rid, p, sp)
+    events = engine.step()  # "a" prefills; b, c, d wait for it
+    assert [r.request_id for r in engine.rows] == ["a"]
+    assert [r.request_id for r in engine.waiting] == ["b", "c", "d"]
+    engine.abort("c")
+    got: dict[str, list[int]] = {k: [] for k in prompts}
+    final = {}
+    while engine.has_work():
+        for ev in events + engine.step():
+            got[ev.request_id] += ev.new_tokens
+            if ev.finished:
+                final[ev.request_id] = ev
+        events = []
+    assert final["c"].finish_reason == "abort" and got["c"] == []
+    assert {k: final[k].num_cached_tokens for k in "abd"} == {"a": 0, "b": 32, "d": 48}
+    for k in "abd":
+        assert_matches(got[k], refs[tuple(prompts[k])], k)
+
+
+def test_abort_during_chunked_prefill_keeps_cache_consistent(target, refs):
+    engine = _engine(target, None, 4096, prefill_step_size=8)
+    sp = SamplingParams(max_tokens=MAX_TOKENS)
+    engine.add_request("runner", _other(5, 9), SamplingParams(max_tokens=40))
+    engine.step()
+    engine.add_request("gone", BASE, sp)
+    engine.step()  # "gone" prefills its first chunk alongside the running row
+    assert engine._prefill is not None and engine._prefill.rows[0].request_id == "gone"
+    engine.abort("gone")
+    while engine.has_work():
+        engine.step()
+    # Its prefill completed before it was dropped: the KV was valid, so it stays cached.
+    out = engine.generate([FOLLOWERS[3][1]], sp)[0]
+    assert out.num_cached_tokens == 48
+    assert_matches(out.tokens, refs[tuple(FOLLOWERS[3][1])], "after abort")
+
+
+def test_coupled_seeded_sampling_is_token_identical(target):
+    sp = [
+        SamplingParams(max_tokens=MAX_TOKENS, temperature=0.9, seed=s, acceptance="coupled")
+        for s in range(len(FOLLOWERS))
+    ]
+    outs = {}
+    for cache_tokens in (0, 4096):
+        engine = _engine(target, NgramDrafter(), cache_tokens)
+        engine.generate([BASE], SamplingParams(max_tokens=4))
+        outs[cache_tokens] = engine.generate([p for _, p, _ in FOLLOWERS], sp)
+    assert [o.tokens for o in outs[0]] == [o.tokens for o in outs[4096]]
+    assert sum(o.num_cached_tokens for o in outs[4096]) > 0
+
+
+def test_hybrid_model_refuses_with_a_reason(caplog):
+    target = tiny_model("qwen3_5", seed=3, layers=4)
+    with caplog.at_level(logging.WARNING, logger="workers.prefix_cache"):
+        engine = Engine(target, prefix_cache_tokens=4096, prefix_block_tokens=BS)
+    assert engine.prefix_cache.disabled_reason == "recurrent_layers"
+    assert "recurrent" in caplog.text
+    sp = SamplingParams(max_tokens=4)
+    outs = engine.generate([BASE, BASE], sp)
+    assert outs[0].tokens == outs[1].tokens and outs[1].num_cached_tokens == 0
