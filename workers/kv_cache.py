@@ -125,6 +125,25 @@ class QuantizedRaggedKVCache(RaggedKVCache):
         w, scales, biases = (p[..., :needed, :] for p in parts)
         return self.quant.decode(w, scales, biases)
 
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
+        if keys.shape[3] != values.shape[3]:  # head dims differ: keys and values apart
+            return super().update_and_fetch(keys, values)
+        # Keys and values side by side as heads, [B, 2H, W, D] (keys first): one quantize, one
+        # scatter per part and one decode per layer instead of two -- on the CPU each op's
+        # fixed cost is a large share of a small model's round. Each slot keeps its own groups.
+        H, W = keys.shape[1], keys.shape[2]
+        needed = self.owner.window_end(W)
+        new = self.encode(mx.concatenate([keys, values], axis=1))
+        self.key_parts = _reserve(self.key_parts, new, needed)
+        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
+        self.key_parts = [_write(old, n, slots) for old, n in zip(self.key_parts, new)]
+        return self.split(self.key_parts, needed, H)
+
+    def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
+        both = self.fetch(parts, needed)  # [B, 2H, S, D]
+        assert isinstance(both, mx.array)
+        return both[:, :H], both[:, H:]
+
 
 class PackedReadKVCache(QuantizedRaggedKVCache):
     """The same slots, read packed: `bits` and `group_size` are what mlx-lm's attention looks
@@ -136,6 +155,12 @@ class PackedReadKVCache(QuantizedRaggedKVCache):
 
     def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
         return tuple(p[..., :needed, :] for p in parts)
+
+    def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
+        return (
+            tuple(p[:, :H, :needed] for p in parts),
+            tuple(p[:, H:, :needed] for p in parts),
+        )
 
 
 def _reserve(parts: list[mx.array], new: list[mx.array], needed: int) -> list[mx.array]:
