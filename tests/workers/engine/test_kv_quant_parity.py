@@ -72,7 +72,7 @@ def setup(request):
     target = tiny32(request.param)
     head = fit_mtp_head(target, steps=60)
     prompts = mixed_prompts(8, seed=11, lengths=LENGTHS)
-    return request.param, target, head, prompts
+    return request.param, target, head, prompts, {}  # {(bits, packed reads): plain outputs}
 
 
 def params_for(n: int) -> list[SamplingParams]:
@@ -84,14 +84,13 @@ def plain_alone(target, prompts, bits: int) -> list[Completion]:
     return engine.generate(prompts, params_for(len(prompts)))
 
 
-_refs: dict[tuple[int, int, bool], list[Completion]] = {}
-
-
-def reference(target, prompts, bits: int) -> list[Completion]:
-    key = (id(target), bits, kv_quant.packed_reads())
-    if key not in _refs:
-        _refs[key] = plain_alone(target, prompts, bits)
-    return _refs[key]
+def reference(setup, bits: int) -> list[Completion]:
+    """Plain decoding of the setup's prompts, computed once per setup (the fixture's dict)."""
+    _, target, _, prompts, refs = setup
+    key = (bits, kv_quant.packed_reads())
+    if key not in refs:
+        refs[key] = plain_alone(target, prompts, bits)
+    return refs[key]
 
 
 def make_drafter(name: str, target, head):
@@ -130,10 +129,10 @@ def test_speculative_equals_plain_reading_packed_slots(setup, bits, drafter, pip
 
 
 def check_parity(setup, bits: int, drafter: str | None, pipeline: bool) -> None:
-    arch, target, head, prompts = setup
+    arch, target, head, prompts, _ = setup
     if drafter == "model" and arch == "qwen3_5":
         pytest.skip("a recurrent draft model cannot roll back (workers/kv_cache.py)")
-    ref = reference(target, prompts, bits)
+    ref = reference(setup, bits)
     engine = Engine(
         target,
         drafter=make_drafter(drafter, target, head),
@@ -166,9 +165,9 @@ def check_parity(setup, bits: int, drafter: str | None, pipeline: bool) -> None:
 def test_quantized_outputs_differ_from_unquantized_sometimes(setup):
     """The parity above is not vacuous: 4-bit keys change some greedy tokens of these tiny
     random models (so a cache that silently kept floats would fail here)."""
-    _, target, _, prompts = setup
+    _, target, _, prompts, _ = setup
     plain = Engine(target, max_batch_size=8).generate(prompts, params_for(len(prompts)))
-    four = reference(target, prompts, 4)
+    four = reference(setup, 4)
     assert any(o.tokens != r.tokens for o, r in zip(plain, four))
 
 
@@ -177,7 +176,7 @@ def test_quantized_outputs_differ_from_unquantized_sometimes(setup):
 def test_prefix_cache_hits_restore_the_quantized_slots(setup, bits, drafter):
     """Prompts sharing a prefix with an earlier one take it from the prefix cache (copied
     packed slots, no forward): tokens and logprobs equal plain decoding without the cache."""
-    arch, target, head, prompts = setup
+    arch, target, head, prompts, _ = setup
     if arch == "qwen3_5":
         pytest.skip("the prefix cache turns itself off for recurrent layers")
     shared = prompts[4][:24]  # 3 blocks of 8
