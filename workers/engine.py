@@ -122,6 +122,10 @@ class Engine:
             if drafter is not None and self.config.adaptive_depth
             else None
         )
+        cost_ratio = getattr(drafter, "cost_ratio", None)
+        if self.depth_policy is not None and cost_ratio is not None:
+            # A draft model at least as slow as the target can never pay: no probing needed.
+            self.depth_policy.draft_cost_ratio = cost_ratio(model)
         self._verify_hidden: mx.array | None = None
         self._flight: _Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))

@@ -13,6 +13,7 @@ is caught up in prefill chunks before the proposal's first window.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -37,6 +38,22 @@ class ModelDrafter:
         # Tokens fed during the last proposal per row, and how many of them were the tail.
         self._fed = np.zeros(0, dtype=np.int64)
         self._tail = np.zeros(0, dtype=np.int64)
+
+    def cost_ratio(self, target: LanguageModel, width: int = 8, reps: int = 3) -> float:
+        """Seconds of one draft-model forward over one target forward, same [1, width] window
+        (fastest of `reps` after a warm-up): a calibration for the depth policy, which never
+        drafts with a model that costs as much as the target it drafts for."""
+        x = mx.zeros((1, width), dtype=mx.int32)
+        times = []
+        for model in (self.model, target):
+            mx.eval(model(x))  # type: ignore[operator]  # warm-up (kernels, buffers)
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                mx.eval(model(x))  # type: ignore[operator]
+                best = min(best, time.perf_counter() - t0)
+            times.append(best)
+        return times[0] / max(times[1], 1e-9)
 
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: object = None) -> None:
         self.cache.append(BatchCache.for_model(self.model, len(histories)))  # filled lazily

@@ -288,3 +288,29 @@ def test_a_draft_model_does_no_work_while_the_policy_drafts_nothing(models):
     assert sum(s.num_draft_tokens for s in stats) > 0
     for i, p in enumerate(prompts):
         assert_matches(got[f"r{i}"], reference_greedy(target, p, 16), f"r{i}")
+
+
+class CalibratedSlowDrafter(ModelDrafter):
+    """A draft model whose calibration says it costs twice the target per forward."""
+
+    def cost_ratio(self, target, width: int = 8, reps: int = 3) -> float:  # type: ignore[no-untyped-def]
+        return 2.0
+
+
+def test_a_draft_model_as_slow_as_the_target_is_never_probed(models):
+    """The engine calibrates a draft model against the target; at a ratio >= 1 drafting cannot
+    pay, so the policy drafts nothing from the first round (no probe, no exploration)."""
+    target, draft = models
+    engine = Engine(
+        target, drafter=CalibratedSlowDrafter(draft), max_batch_size=4, adaptive_depth=True
+    )
+    assert engine.depth_policy is not None and engine.depth_policy.draft_cost_ratio == 2.0
+    prompts = mixed_prompts(4, seed=9)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=40))
+    assert sum(s.num_draft_tokens for s in engine.take_round_stats()) == 0
+    assert not engine.drafter.cache.lengths.any()  # type: ignore[union-attr]
+    for p, o in zip(prompts, outs):
+        assert_matches(o.tokens, reference_greedy(target, p, 40), "never probed")
+    # The real calibration (draft forward time over target forward time) is a plain ratio.
+    ratio = ModelDrafter(draft).cost_ratio(target)
+    assert 0.0 < ratio < 50.0
