@@ -192,8 +192,10 @@ def main() -> None:
     t0 = time.perf_counter()
     engines = {b: Engine.load(kv_bits=b, kv_group_size=args.group_size) for b in BITS}
     result = {
-        "machine": f"{platform.machine()} CPU, {platform.system()}, 2 cores shared with other jobs",
-        "model": "embedded default model (qwen3, 10 layers, 2 KV heads x 64 dims), fp32 on CPU",
+        "machine": f"{platform.machine()} {platform.system()}, {mx.default_device()}"
+        + (", 2 cores shared with other jobs" if mx.default_device() == mx.cpu else ""),
+        "model": "embedded default model (qwen3, 10 layers, 2 KV heads x 64 dims), fp32 on CPU, "
+        "fp16 on a GPU",
         "memory": memory(engines, args.group_size, args.budget_gib),
         "admission": admission(budget_tokens=1024, n=16, max_tokens=16),
         "speed": speed(

@@ -21,8 +21,8 @@ disagree about where a row ends.
 
 Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
 once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
-speculative output equal to plain output); attention reads the slots packed (GPU) or decoded to
-floats (CPU), the same way in every window. Compaction, joins,
+speculative output equal to plain output); attention reads the slots packed (Metal) or decoded to
+floats (CPU, CUDA), the same way in every window. Compaction, joins,
 row removal and rollback move lengths and whole slots, so they work on packed parts unchanged.
 """
 

@@ -10,10 +10,11 @@ have written there. Every committed position is therefore quantized exactly once
 with or without a drafter, and speculative greedy output equals plain greedy output of the same
 kv_bits.
 
-How attention reads the slots depends on the device. On a GPU (`read_packed`), the layer has
+How attention reads the slots depends on the device. On Metal (`read_packed`), the layer has
 `bits` and `group_size` attributes, which make mlx-lm's attention call
 `quantized_scaled_dot_product_attention` (quantized_matmul for q @ k^T and p @ v; it takes the
-ragged boolean mask), so the cache is never dequantized as a whole. MLX's CPU quantized_matmul
+ragged boolean mask), so the cache is never dequantized as a whole. MLX's CUDA backend lacks
+quantized_matmul for these shapes, and its CPU quantized_matmul
 is slow (5x fp32 attention at B = 8 and one query, 5x at five), and so is mx.dequantize (10x a
 cast): on the CPU the layer hands attention float keys from `decode`, which unpacks the bytes
 with a cast, a multiply and an add (the same numbers as mx.dequantize), and mlx-lm's fused SDPA
@@ -33,8 +34,13 @@ from workers.config import KV_GROUP_SIZES
 
 
 def packed_reads() -> bool:
-    """Read packed slots with quantized matmuls (GPU), or decode them to floats (CPU)."""
-    return mx.default_device() != mx.cpu
+    """Read packed slots with quantized matmuls on Metal, or decode them to floats elsewhere.
+
+    MLX's CUDA backend has no quantized_matmul for attention's shapes (seen on an H200,
+    MLX 0.32.4: "No implementation for problem shape: 185x256x64x16 ... bits: 8, group size:
+    64"), and the CPU's is slow; decoding is exact on every backend.
+    """
+    return mx.default_device() != mx.cpu and mx.metal.is_available()
 
 
 @dataclass(frozen=True)
