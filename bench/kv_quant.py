@@ -24,6 +24,8 @@ import statistics
 import time
 from pathlib import Path
 
+import mlx.core as mx
+
 from workers import Engine, SamplingParams
 from workers.config import DEFAULT_MODEL_DIR
 from workers.kv_quant import AttentionDims, KVQuant, attention_dims, kv_bytes_per_token
