@@ -94,8 +94,10 @@ def test_gateway_concurrent_unary_calls_share_rounds(tmp_path: Path) -> None:
             calls = [stub.Submit.future(m) for m in msgs]
             results = [f.result(30) for f in calls]
         assert len(results) == 40 and all(res.finish_reason == "length" for res in results)
-        # 40 concurrent calls on 2 workers: far fewer dispatch messages than calls.
-        assert sum(dispatched) == 40 and len(dispatched) < 20
+        # 40 concurrent calls on 2 workers: fewer dispatch messages than calls (one call, one
+        # dispatch without coalescing). ~10 on a quiet machine; a loaded 2-core machine spreads
+        # the arrivals (21 seen under load), so the bound leaves room.
+        assert sum(dispatched) == 40 and len(dispatched) < 30
     finally:
         r.close()
 
