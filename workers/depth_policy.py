@@ -70,8 +70,11 @@ class DepthPolicy:
     explore_budget: float = 0.03  # exploration may lose at most this share of the time observed
     # A draft forward's time over a target forward's (measured by the engine, when it can): at
     # 1 or more, k draft steps plus the verify cost at least k + 1 decode steps, so drafting
-    # can never pay and the policy stays at depth 0 without probing or exploring.
+    # can never pay. Past `hopeless_ratio` (margin for timing noise: a draft model the size of
+    # the target measures about 1) the policy stays at depth 0 without probing or exploring;
+    # below it, the warm-up's probe decides.
     draft_cost_ratio: float | None = None
+    hopeless_ratio: float = 1.5
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
@@ -171,7 +174,7 @@ class DepthPolicy:
         """The depth cap for the next round of `batch_size` rows (the same answer if asked
         twice before the round is observed)."""
         D = self.max_depth
-        if self.draft_cost_ratio is not None and self.draft_cost_ratio >= 1.0:
+        if self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio:
             return 0
         if self._warm:  # depth 0, 0, 1, 1, 2, 2, ... until deeper cannot pay
             k = self._rounds // 2

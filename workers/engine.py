@@ -124,7 +124,7 @@ class Engine:
         )
         cost_ratio = getattr(drafter, "cost_ratio", None)
         if self.depth_policy is not None and cost_ratio is not None:
-            # A draft model at least as slow as the target can never pay: no probing needed.
+            # A draft model clearly slower than the target can never pay: no probing needed.
             self.depth_policy.draft_cost_ratio = cost_ratio(model)
         self._verify_hidden: mx.array | None = None
         self._flight: _Flight | None = None  # pipelined round launched, not read yet

@@ -66,7 +66,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     engine = EngineSpec(
         model=str(d / "target"),
         drafter=f"model:{d / 'draft'}",
-        config=serving_config(draft_depth=3, max_batch_size=16),
+        # Fixed depth: the tiny draft is the target's size, which adaptive depth may not use.
+        config=serving_config(draft_depth=3, max_batch_size=16, adaptive_depth=False),
     )
     spec = ClusterSpec(
         engine=engine,

@@ -57,6 +57,7 @@ def test_up_runs_batch_and_prints_summary(tmp_path: Path) -> None:
         f"model:{draft}",
         "--draft-depth",
         "3",
+        "--fixed-depth",  # the tiny draft is the target's size: adaptive depth may not draft
         "--gateway-port",
         "0",
         "--prometheus-targets-dir",
