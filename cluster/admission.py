@@ -3,6 +3,8 @@ with messages that name the value and the fix (INVALID_ARGUMENT)."""
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from dataclasses import dataclass
 
 from cluster.policy import PendingRequest
@@ -111,4 +113,27 @@ def pending_request(state: RequestState, limits: EngineLimits | None) -> Pending
         priority=state.priority,
         deadline=state.deadline,
         prefix_key=prefix_key(state.prompt),
+    )
+
+
+def new_request_state(
+    request_id: str, inp: GenerateInput, tokenizer: TextTokenizer | None, now: float
+) -> RequestState:
+    """A submitted request's state: prompt tokenized, timeout checked, sampling seed fixed."""
+    if inp.timeout_s is not None and inp.timeout_s <= 0:
+        raise SchedulerError(INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
+    prompt = tokenize_input(inp, tokenizer)
+    params = inp.params
+    if params.temperature > 0 and params.seed is None:
+        # Fix the seed once here: every attempt (after a requeue too) then draws the same
+        # position-keyed noise, so a resumed sampled request continues as if uninterrupted.
+        params = dataclasses.replace(params, seed=secrets.randbits(63))
+    return RequestState(
+        request_id=request_id,
+        prompt=prompt,
+        params=params,
+        priority=inp.priority,
+        arrival=now,
+        deadline=None if inp.timeout_s is None else now + inp.timeout_s,
+        detok=tokenizer.detokenizer() if tokenizer else None,
     )

@@ -29,7 +29,6 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import secrets
 import time
 import uuid
 from collections import OrderedDict
@@ -37,7 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from cluster import requests as rq
-from cluster.admission import EngineLimits, check_fits, pending_request, tokenize_input
+from cluster.admission import EngineLimits, check_fits, new_request_state, pending_request
 from cluster.metrics import SchedulerMetrics
 from cluster.policy import Batch, BatchPolicy, Fleet, QueueFullError
 from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, SchedulerError
@@ -145,26 +144,9 @@ class Scheduler:
                 rq.RESOURCE_EXHAUSTED,
                 f"waiting queue is full ({self.config.policy.max_queue} requests): retry later",
             )
-        prompt = tokenize_input(inp, self.tokenizer)
-        now = self.clock()
-        if inp.timeout_s is not None and inp.timeout_s <= 0:
-            raise SchedulerError(rq.INVALID_ARGUMENT, f"timeout_s={inp.timeout_s}: use > 0")
-        params = inp.params
-        if params.temperature > 0 and params.seed is None:
-            # Fix the seed once here: every attempt (after a requeue too) then draws the same
-            # position-keyed noise, so a resumed sampled request continues as if uninterrupted.
-            params = dataclasses.replace(params, seed=secrets.randbits(63))
-        state = RequestState(
-            request_id=rid,
-            prompt=prompt,
-            params=params,
-            priority=inp.priority,
-            arrival=now,
-            deadline=None if inp.timeout_s is None else now + inp.timeout_s,
-            detok=self.tokenizer.detokenizer() if self.tokenizer else None,
-        )
+        state = new_request_state(rid, inp, self.tokenizer, self.clock())
         pending = pending_request(state, self.limits)
-        check_fits(prompt, params.max_tokens, pending.kv_tokens, self.limits)
+        check_fits(state.prompt, state.params.max_tokens, pending.kv_tokens, self.limits)
         try:
             self.policy.submit(pending)
         except QueueFullError as e:

@@ -7,26 +7,18 @@ own accept counts; caches keep every row contiguous (workers.kv_cache). This mod
 neither grpc nor ray: the service (workers/service) and the cluster drive it through
 add_request / abort / step / info.
 
-Pipelined rounds. While every row is greedy (no penalties) and the drafter keeps its state on
-the device (MTP head, or none), a step *launches* round N+1 before it *collects* round N:
-everything round N+1 needs from round N (each row's accept count, its last token, the MTP
-pairs, the cache lengths) stays on the device as lazy arrays, so building N+1 reads nothing
-back, and the host's emit, stop checks and bookkeeping for N run while the device computes
-N+1 (`mx.async_eval`, as mlx-lm's generate_step overlaps its steps). A row that finished in
-round N is found one round late: its slot in N+1 is computed, discarded, never emitted. Host
-cache lengths are upper bounds while a round is in flight (BatchCache.commit_lazy) and are
-tightened from the rows' histories when it is read. Other batches (sampling, penalties,
-host-side drafters) run one synchronous round per step; greedy tokens are the same either way.
+Pipelined rounds (workers/pipeline.py): while every row is greedy and the drafter keeps its
+state on the device, a step launches round N+1 before it collects round N. Other batches
+(sampling, penalties, host-side drafters that are drafting) run one synchronous round per step;
+greedy tokens are the same either way.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -40,8 +32,11 @@ from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
+from workers.pipeline import Flight, last_tokens
+from workers.prefill_job import Prefill, pick_joining, prompt_hidden, start_prefill
 from workers.prefix_cache import PrefixCache
-from workers.rows import Row
+from workers.row_factory import RowFactory
+from workers.rows import Row, emit_round
 from workers.sampling.round import RoundSampling
 from workers.types import (
     Completion,
@@ -51,30 +46,6 @@ from workers.types import (
     SamplingParams,
 )
 from workers.verify import Verdict, greedy_outcome, token_logprobs, verify_greedy
-
-
-@dataclass
-class _Flight:
-    """A pipelined round on the device that the host has not read yet."""
-
-    rows: list[Row]  # the batch it computed, in order (rows may have left since)
-    counts: np.ndarray  # [B] drafts proposed per row (host-known at launch)
-    num_accepted: mx.array  # [B] int32
-    tokens: mx.array  # [B, K+1] emitted tokens, row r's first num_accepted[r] + 1 valid
-    last: mx.array  # [B] int32 each row's newest token: the next round's first input
-    logprobs: mx.array | None  # [B, K+1]
-    width: int  # K + 1: the most tokens a row can have committed
-
-
-@dataclass
-class _Prefill:
-    rows: list[Row]
-    cache: BatchCache
-    done: int = 0  # tokens of each row's uncached remainder already in `cache`
-    hidden: list[mx.array] = field(default_factory=list)  # per chunk [n, W, H], MTP only
-    # [n] leading history tokens each row took from the prefix cache (prefill skips them)
-    cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    cached_hidden: list[mx.array | None] = field(default_factory=list)  # per row [c_r, H], MTP
 
 
 class Engine:
@@ -106,6 +77,9 @@ class Engine:
             self.kv_quant,
             self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context,
         )
+        self.row_factory = RowFactory(
+            tokenizer, self.vocab_size, self.max_context, self.kv_budget, self.eos_ids
+        )
         prefix_tokens = self.config.prefix_cache_tokens
         self.prefix_cache = PrefixCache(
             self.kv_budget // 4 if prefix_tokens == -1 else prefix_tokens,
@@ -127,9 +101,9 @@ class Engine:
             # A draft model clearly slower than the target can never pay: no probing needed.
             self.depth_policy.draft_cost_ratio = cost_ratio(model)
         self._verify_hidden: mx.array | None = None
-        self._flight: _Flight | None = None  # pipelined round launched, not read yet
+        self._flight: Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
-        self._prefill: _Prefill | None = None  # rows being prefilled, chunk by chunk
+        self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
         self._inbox: deque[tuple[str, object]] = deque()
@@ -158,7 +132,7 @@ class Engine:
     def add_request(
         self, request_id: str, prompt: Sequence[int] | str, params: SamplingParams | None = None
     ) -> None:
-        row = self._make_row(request_id, prompt, params or SamplingParams())
+        row = self.row_factory.make(request_id, prompt, params or SamplingParams())
         with self._lock:
             if request_id in self._live_ids:
                 raise ValueError(f"request_id={request_id!r} is already running; use a unique id")
@@ -233,39 +207,10 @@ class Engine:
         prompts: Sequence[Sequence[int] | str],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[Completion]:
-        plist: list[SamplingParams | None] = (
-            list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)  # type: ignore[list-item]
-        )
-        if len(plist) != len(prompts):
-            raise ValueError(f"got {len(plist)} SamplingParams for {len(prompts)} prompts")
-        ids = []
-        for prompt, p in zip(prompts, plist):
-            self._next_id += 1
-            ids.append(f"generate-{self._next_id}")
-            self.add_request(ids[-1], prompt, p)
-        done: dict[str, Completion] = {}
-        partial: dict[str, list[int]] = {i: [] for i in ids}
-        logprobs: dict[str, list[float]] = {i: [] for i in ids}
-        while len(done) < len(ids):
-            for ev in self.step():
-                if ev.request_id not in partial:
-                    continue
-                partial[ev.request_id] += ev.new_tokens
-                logprobs[ev.request_id] += ev.new_logprobs or []
-                if ev.finished:
-                    assert ev.finish_reason is not None
-                    done[ev.request_id] = Completion(
-                        request_id=ev.request_id,
-                        tokens=partial[ev.request_id],
-                        text=self._decode(partial[ev.request_id]),
-                        finish_reason=ev.finish_reason,
-                        num_draft_tokens=ev.num_draft_tokens,
-                        num_accepted_tokens=ev.num_accepted_tokens,
-                        logprobs=logprobs[ev.request_id] if ev.new_logprobs is not None else None,
-                        error=ev.error,
-                        num_cached_tokens=ev.num_cached_tokens,
-                    )
-        return [done[i] for i in ids]
+        """Run prompts to completion (workers/generate.py); one SamplingParams or one each."""
+        from workers.generate import generate
+
+        return generate(self, prompts, params)
 
     # -- the speculative round ------------------------------------------------------------------
     def _round(self, stats: RoundStats) -> tuple[Proposal, Verdict]:
@@ -282,7 +227,7 @@ class Engine:
                 verdict.num_accepted, self._verify_hidden, mx.array(verdict.tokens.astype(np.int32))
             )
         t3 = time.perf_counter()
-        self._emit(self.rows, proposal.counts, verdict, stats)
+        emit_round(self.rows, proposal.counts, verdict, stats)
         stats.time_draft_s, stats.time_verify_s, stats.time_compact_s = t1 - t0, t2 - t1, t3 - t2
         return proposal, verdict
 
@@ -318,12 +263,12 @@ class Engine:
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), t1 - t0)
         return events
 
-    def _launch(self) -> _Flight:
+    def _launch(self) -> Flight:
         """Build the next round from device state and start it; reads nothing back."""
         prev = self._flight
         rows = list(self.rows)
         proposal = self._draft(None, in_flight=prev.width if prev else 0)
-        last = self._last_tokens(prev)
+        last = last_tokens(self.rows, prev)
         window = self._window(last, proposal)  # [B, K+1]
         logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)
         num_accepted, tokens = greedy_outcome(logits, proposal)
@@ -333,35 +278,17 @@ class Engine:
         if self.drafter is not None and self._device_drafter:
             self.drafter.commit(num_accepted, self._verify_hidden, tokens)
         new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
-        flight = _Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
+        flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
         mx.async_eval(num_accepted, tokens, new_last, *([logprobs] if want_logprobs else []))
         return flight
 
-    def _last_tokens(self, prev: _Flight | None) -> mx.array:
-        """[B] each row's newest token: from the round in flight, or the host's history."""
-        host = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
-        if prev is None:
-            return host
-        at = {id(r): j for j, r in enumerate(prev.rows)}
-        idx = np.array([at.get(id(r), -1) for r in self.rows], dtype=np.int32)
-        if (idx < 0).all():
-            return host
-        from_flight = prev.last[mx.array(np.maximum(idx, 0))]
-        return mx.where(mx.array(idx >= 0), from_flight, host)
-
-    def _collect(self, flight: _Flight, stats: RoundStats) -> list[RequestOutput]:
+    def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:
         """Read a launched round back (waits for it) and emit its tokens."""
         t0 = time.perf_counter()
-        lp = flight.logprobs
-        mx.eval(flight.num_accepted, flight.tokens, *([lp] if lp is not None else []))
-        verdict = Verdict(
-            num_accepted=np.array(flight.num_accepted, dtype=np.int64),
-            tokens=np.array(flight.tokens, dtype=np.int64),
-            logprobs=None if lp is None else np.array(lp, dtype=np.float64),
-        )
+        verdict = flight.read_back()
         stats.time_verify_s = time.perf_counter() - t0  # the device time the host waited for
-        self._emit(flight.rows, flight.counts, verdict, stats)
+        emit_round(flight.rows, flight.counts, verdict, stats)
         # Tighten the host's length bounds: a live row's cache holds its history but the last
         # token, plus at most one window of the round now in flight.
         inflight = self._flight.width if self._flight is not None else 0
@@ -420,30 +347,6 @@ class Engine:
         )
         return logits
 
-    def _emit(
-        self, rows: list[Row], counts: np.ndarray, verdict: Verdict, stats: RoundStats
-    ) -> None:
-        K = verdict.tokens.shape[1] - 1
-        stats.batch_size = len(rows)
-        stats.accepted_per_pos = [0] * K
-        for i, row in enumerate(rows):
-            n_draft, n_acc = int(counts[i]), int(verdict.num_accepted[i])
-            if row.is_finished:  # left during a pipelined round: its slot is discarded
-                stats.accepted_per_row.append(n_acc)
-                continue
-            row.num_draft_tokens += n_draft
-            row.num_accepted_tokens += n_acc
-            stats.num_drafts += n_draft > 0
-            stats.num_draft_tokens += n_draft
-            stats.num_accepted_tokens += n_acc
-            stats.accepted_per_row.append(n_acc)
-            for pos in range(n_acc):
-                stats.accepted_per_pos[pos] += 1
-            before = row.num_generated
-            lp = None if verdict.logprobs is None else verdict.logprobs[i, : n_acc + 1].tolist()
-            row.append(verdict.tokens[i, : n_acc + 1].tolist(), lp)
-            stats.num_generated_tokens += max(0, row.num_generated - before)
-
     def _draft_depths(self, in_flight: int = 0) -> np.ndarray:
         """[B] per-row draft depth (workers/depth_policy.py::row_depths); `in_flight` tokens
         a row may already have emitted in a round the host has not read."""
@@ -495,10 +398,15 @@ class Engine:
         with nothing running, the whole prompt goes through at once.
         """
         if self._prefill is None:
-            joining = self._pick_joining()
+            joining = pick_joining(
+                self.waiting, self.rows, self._reserve, self.kv_budget,
+                self.config.max_batch_size, self.prefix_cache,
+            )  # fmt: skip
             if not joining:
                 return
-            self._prefill = self._start_prefill(joining, stats)
+            self._prefill = start_prefill(
+                self.model, self.kv_quant, self.prefix_cache, joining, self._needs_hidden, stats
+            )
         p = self._prefill
         t0 = time.perf_counter()
         # The cache takes every history token but the last, which the next verify consumes;
@@ -520,7 +428,7 @@ class Engine:
             return
         self._prefill = None
         stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
-        hidden = self._prompt_hidden(p) if self._needs_hidden else None
+        hidden = prompt_hidden(p) if self._needs_hidden else None
         for i, r in enumerate(p.rows):
             self.prefix_cache.insert(
                 r.history[:-1], p.cache, i, None if hidden is None else hidden[i]
@@ -531,65 +439,6 @@ class Engine:
         if self.drafter is not None:
             self.drafter.add_rows([r.history for r in p.rows], hidden)
         self.rows.extend(p.rows)
-
-    def _start_prefill(self, joining: list[Row], stats: RoundStats) -> _Prefill:
-        """A prefill cache for the joining rows, holding whatever prefix of each prompt the
-        prefix cache has (copied, no forward over it)."""
-        cache = BatchCache.for_model(self.model, len(joining), self.kv_quant)
-        chains = [self.prefix_cache.lookup(r.history[:-1], r.prompt_len) for r in joining]
-        cached = self.prefix_cache.fill(cache, chains)
-        for r, c in zip(joining, cached.tolist()):
-            r.num_cached_tokens = c
-        counts = self.prefix_cache.take_stats()
-        stats.num_prefix_queried_tokens, stats.num_prefix_hit_tokens = counts.queries, counts.hits
-        stats.num_prefix_evicted_tokens = counts.evicted
-        hidden = [PrefixCache.hidden_of(c) for c in chains] if self._needs_hidden else []
-        return _Prefill(joining, cache, cached=cached, cached_hidden=hidden)
-
-    def _prompt_hidden(self, p: _Prefill) -> mx.array | None:
-        """[n, max_len, H] each row's target hidden from position 0: its cached part, then
-        what the prefill computed for its remainder (rows right-padded)."""
-        computed = mx.concatenate(p.hidden, axis=1) if p.hidden else None
-        if not p.cached.any():
-            return computed
-        parts = []
-        for i, (r, c) in enumerate(zip(p.rows, p.cached.tolist())):
-            row = [h for h in (p.cached_hidden[i],) if h is not None]
-            rest = len(r.history) - 1 - c
-            if rest > 0 and computed is not None:
-                row.append(computed[i, :rest])
-            parts.append(mx.concatenate(row, axis=0) if row else None)
-        width = max(x.shape[0] for x in parts if x is not None)
-        some = next(x for x in parts if x is not None)
-        return mx.stack([
-            mx.zeros((width, some.shape[1]), some.dtype) if x is None
-            else mx.pad(x, [(0, width - x.shape[0]), (0, 0)])
-            for x in parts
-        ])  # fmt: skip
-
-    def _pick_joining(self) -> list[Row]:
-        """Waiting rows that fit, in order. With the prefix cache on, a row whose first block
-        is not cached yet waits one prefill behind another joiner starting the same way: that
-        one's prefill fills the cache, so the rest prefill only their own tails."""
-        joining: list[Row] = []
-        deferred: list[Row] = []
-        claimed: set[tuple[int, ...]] = set()  # uncached first blocks a joiner will fill
-        used = sum(self._reserve(r) for r in self.rows)
-        while self.waiting and len(self.rows) + len(joining) < self.config.max_batch_size:
-            need = self._reserve(self.waiting[0])
-            if used + need > self.kv_budget and (self.rows or joining):
-                break
-            row = self.waiting.popleft()
-            first = self.prefix_cache.first_block(row.history[:-1])
-            if first is not None and not self.prefix_cache.is_cached(first):
-                if first in claimed and len(deferred) < 4 * self.config.max_batch_size:
-                    deferred.append(row)  # `joining` is not empty: nothing starves
-                    continue
-                claimed.add(first)
-            used += need
-            joining.append(row)
-        self.waiting.extendleft(reversed(deferred))
-        return joining
 
     def _drop_finished(self) -> list[RequestOutput]:
         """Remove finished rows from the batch; returns the events they have not sent yet."""
@@ -612,63 +461,4 @@ class Engine:
             self._live_ids.discard(request_id)
 
     def _reserve(self, row: Row) -> int:
-        return self._reserve_tokens(row.prompt_len, row.params)
-
-    # -- validation -----------------------------------------------------------------------------
-    def _make_row(
-        self, request_id: str, prompt: Sequence[int] | str, params: SamplingParams
-    ) -> Row:
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request_id={request_id!r} is invalid: pass a non-empty string")
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params={params!r} is not a SamplingParams")
-        tokens = self._encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not tokens:
-            raise ValueError(f"prompt={prompt!r} is empty: pass at least one token")
-        bad = [t for t in tokens if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
-        if bad:
-            raise ValueError(f"prompt holds non-integer token ids {bad[:5]}: pass ints")
-        out_of_vocab = [int(t) for t in tokens if not 0 <= t < self.vocab_size]
-        if out_of_vocab:
-            raise ValueError(
-                f"prompt token ids {out_of_vocab[:5]} are outside the vocabulary "
-                f"[0, {self.vocab_size}): re-tokenize with this model's tokenizer"
-            )
-        if len(tokens) >= self.max_context:
-            raise ValueError(
-                f"prompt length {len(tokens)} leaves no room in the context of {self.max_context} "
-                "tokens: shorten the prompt"
-            )
-        if self._reserve_tokens(len(tokens), params) > self.kv_budget:
-            raise ValueError(
-                f"prompt length {len(tokens)} + max_tokens {params.max_tokens} exceeds the KV "
-                f"budget of {self.kv_budget} tokens: lower max_tokens or shorten the prompt"
-            )
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
-        seqs = [tuple(self._encode(s)) if isinstance(s, str) else tuple(s) for s in params.stop]
-        stop_ids |= {s[0] for s in seqs if len(s) == 1}
-        return Row(
-            request_id=request_id,
-            params=params,
-            prompt_len=len(tokens),
-            history=[int(t) for t in tokens],
-            stop_ids=frozenset(stop_ids),
-            stop_seqs=tuple(s for s in seqs if len(s) > 1),
-            max_context=self.max_context,
-            arrival_s=time.monotonic(),
-            # Unseeded requests still get a fixed per-request seed: keys need one (keys.py).
-            seed=params.seed if params.seed is not None else secrets.randbits(63),
-        )
-
-    def _reserve_tokens(self, prompt_len: int, params: SamplingParams) -> int:
-        return min(prompt_len + params.max_tokens, self.max_context)
-
-    def _encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise ValueError("text prompt given but the engine has no tokenizer: pass token ids")
-        return list(self.tokenizer.encode(text, add_special_tokens=False))  # type: ignore[attr-defined]
-
-    def _decode(self, tokens: list[int]) -> str:
-        if self.tokenizer is None:
-            return ""
-        return str(self.tokenizer.decode(tokens))  # type: ignore[attr-defined]
+        return self.row_factory.reserve(row.prompt_len, row.params)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from workers.types import FinishReason, RequestOutput, SamplingParams
+from workers.types import FinishReason, RequestOutput, RoundStats, SamplingParams
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from workers.verify import Verdict
 
 
 @dataclass
@@ -118,3 +124,29 @@ class Row:
             num_accepted_tokens=self.num_accepted_tokens,
             num_cached_tokens=self.num_cached_tokens,
         )
+
+
+def emit_round(rows: list[Row], counts: np.ndarray, verdict: Verdict, stats: RoundStats) -> None:
+    """Append each row's verified tokens (stops applied) and count the round in `stats`.
+
+    rows: the batch the round computed, in order; counts [B] drafts proposed per row."""
+    K = verdict.tokens.shape[1] - 1
+    stats.batch_size = len(rows)
+    stats.accepted_per_pos = [0] * K
+    for i, row in enumerate(rows):
+        n_draft, n_acc = int(counts[i]), int(verdict.num_accepted[i])
+        if row.is_finished:  # left during a pipelined round: its slot is discarded
+            stats.accepted_per_row.append(n_acc)
+            continue
+        row.num_draft_tokens += n_draft
+        row.num_accepted_tokens += n_acc
+        stats.num_drafts += n_draft > 0
+        stats.num_draft_tokens += n_draft
+        stats.num_accepted_tokens += n_acc
+        stats.accepted_per_row.append(n_acc)
+        for pos in range(n_acc):
+            stats.accepted_per_pos[pos] += 1
+        before = row.num_generated
+        lp = None if verdict.logprobs is None else verdict.logprobs[i, : n_acc + 1].tolist()
+        row.append(verdict.tokens[i, : n_acc + 1].tolist(), lp)
+        stats.num_generated_tokens += max(0, row.num_generated - before)

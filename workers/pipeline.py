@@ -1,0 +1,58 @@
+"""Pipelined rounds: what a launched round leaves on the device, and reading it back.
+
+While every row is greedy (no penalties) and the drafter keeps its state on the device (MTP
+head, none, or a host drafter the depth policy set to 0), the engine *launches* round N+1
+before it *collects* round N (workers/engine.py `_pipelined_step`): everything N+1 needs from
+N (each row's accept count, its last token, the MTP pairs, the cache lengths) stays on the
+device as lazy arrays, so building N+1 reads nothing back, and the host's emit, stop checks
+and bookkeeping for N run while the device computes N+1 (`mx.async_eval`, as mlx-lm's
+generate_step overlaps its steps). A row that finished in N is found one round late: its slot
+in N+1 is computed, discarded, never emitted. Host cache lengths are upper bounds while a round
+is in flight (BatchCache.commit_lazy) and are tightened from the rows' histories when it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from workers.rows import Row
+from workers.verify import Verdict
+
+
+@dataclass
+class Flight:
+    """A pipelined round on the device that the host has not read yet."""
+
+    rows: list[Row]  # the batch it computed, in order (rows may have left since)
+    counts: np.ndarray  # [B] drafts proposed per row (host-known at launch)
+    num_accepted: mx.array  # [B] int32
+    tokens: mx.array  # [B, K+1] emitted tokens, row r's first num_accepted[r] + 1 valid
+    last: mx.array  # [B] int32 each row's newest token: the next round's first input
+    logprobs: mx.array | None  # [B, K+1]
+    width: int  # K + 1: the most tokens a row can have committed
+
+    def read_back(self) -> Verdict:
+        """Wait for the round and bring its outcome to the host."""
+        lp = self.logprobs
+        mx.eval(self.num_accepted, self.tokens, *([lp] if lp is not None else []))
+        return Verdict(
+            num_accepted=np.array(self.num_accepted, dtype=np.int64),
+            tokens=np.array(self.tokens, dtype=np.int64),
+            logprobs=None if lp is None else np.array(lp, dtype=np.float64),
+        )
+
+
+def last_tokens(rows: list[Row], prev: Flight | None) -> mx.array:
+    """[B] each row's newest token: from the round in flight, or the host's history."""
+    host = mx.array(np.array([r.history[-1] for r in rows], dtype=np.int32))
+    if prev is None:
+        return host
+    at = {id(r): j for j, r in enumerate(prev.rows)}
+    idx = np.array([at.get(id(r), -1) for r in rows], dtype=np.int32)
+    if (idx < 0).all():
+        return host
+    from_flight = prev.last[mx.array(np.maximum(idx, 0))]
+    return mx.where(mx.array(idx >= 0), from_flight, host)

@@ -1,0 +1,105 @@
+"""A prefill in progress: joining rows whose prompts enter a cache of their own, chunk by
+chunk, between rounds (workers/engine.py `_admit`), then join the running batch."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+
+from workers.kv_cache import BatchCache
+from workers.kv_quant import KVQuant
+from workers.language_model import LanguageModel
+from workers.prefix_cache import PrefixCache
+from workers.rows import Row
+from workers.types import RoundStats
+
+
+@dataclass
+class Prefill:
+    rows: list[Row]
+    cache: BatchCache
+    done: int = 0  # tokens of each row's uncached remainder already in `cache`
+    hidden: list[mx.array] = field(default_factory=list)  # per chunk [n, W, H], MTP only
+    # [n] leading history tokens each row took from the prefix cache (prefill skips them)
+    cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cached_hidden: list[mx.array | None] = field(default_factory=list)  # per row [c_r, H], MTP
+
+
+def prompt_hidden(p: Prefill) -> mx.array | None:
+    """[n, max_len, H] each row's target hidden from position 0: its cached part, then
+    what the prefill computed for its remainder (rows right-padded)."""
+    computed = mx.concatenate(p.hidden, axis=1) if p.hidden else None
+    if not p.cached.any():
+        return computed
+    parts = []
+    for i, (r, c) in enumerate(zip(p.rows, p.cached.tolist())):
+        row = [h for h in (p.cached_hidden[i],) if h is not None]
+        rest = len(r.history) - 1 - c
+        if rest > 0 and computed is not None:
+            row.append(computed[i, :rest])
+        parts.append(mx.concatenate(row, axis=0) if row else None)
+    width = max(x.shape[0] for x in parts if x is not None)
+    some = next(x for x in parts if x is not None)
+    return mx.stack([
+        mx.zeros((width, some.shape[1]), some.dtype) if x is None
+        else mx.pad(x, [(0, width - x.shape[0]), (0, 0)])
+        for x in parts
+    ])  # fmt: skip
+
+
+def pick_joining(
+    waiting: deque[Row],
+    rows: list[Row],
+    reserve: Callable[[Row], int],
+    kv_budget: int,
+    max_batch_size: int,
+    prefix_cache: PrefixCache,
+) -> list[Row]:
+    """Waiting rows that fit, in order. With the prefix cache on, a row whose first block
+    is not cached yet waits one prefill behind another joiner starting the same way: that
+    one's prefill fills the cache, so the rest prefill only their own tails."""
+    joining: list[Row] = []
+    deferred: list[Row] = []
+    claimed: set[tuple[int, ...]] = set()  # uncached first blocks a joiner will fill
+    used = sum(reserve(r) for r in rows)
+    while waiting and len(rows) + len(joining) < max_batch_size:
+        need = reserve(waiting[0])
+        if used + need > kv_budget and (rows or joining):
+            break
+        row = waiting.popleft()
+        first = prefix_cache.first_block(row.history[:-1])
+        if first is not None and not prefix_cache.is_cached(first):
+            if first in claimed and len(deferred) < 4 * max_batch_size:
+                deferred.append(row)  # `joining` is not empty: nothing starves
+                continue
+            claimed.add(first)
+        used += need
+        joining.append(row)
+    waiting.extendleft(reversed(deferred))
+    return joining
+
+
+def start_prefill(
+    model: LanguageModel,
+    quant: KVQuant | None,
+    prefix_cache: PrefixCache,
+    joining: list[Row],
+    want_hidden: bool,
+    stats: RoundStats,
+) -> Prefill:
+    """A prefill cache for the joining rows, holding whatever prefix of each prompt the
+    prefix cache has (copied, no forward over it)."""
+    cache = BatchCache.for_model(model, len(joining), quant)
+    chains = [prefix_cache.lookup(r.history[:-1], r.prompt_len) for r in joining]
+    cached = prefix_cache.fill(cache, chains)
+    for r, c in zip(joining, cached.tolist()):
+        r.num_cached_tokens = c
+    counts = prefix_cache.take_stats()
+    stats.num_prefix_queried_tokens, stats.num_prefix_hit_tokens = counts.queries, counts.hits
+    stats.num_prefix_evicted_tokens = counts.evicted
+    hidden = [PrefixCache.hidden_of(c) for c in chains] if want_hidden else []
+    return Prefill(joining, cache, cached=cached, cached_hidden=hidden)
