@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cluster.policy_types import Batch, PendingRequest, WorkerCapacity
 from cluster.prefix_affinity import AffinityRing
@@ -145,30 +147,33 @@ class PlacementRound:
         return b is None or len(b.requests) < self.max_batch_size
 
     def _least_loaded(self, r: PendingRequest, bucket: int) -> _Worker | None:
-        heap, aside, found = self.fleet._heap, [], None
-        while heap:
-            w = self.fleet._valid(heap[0])
-            if w is None or w.free_slots < 1:
-                heapq.heappop(heap)
-            elif self._fits(w, r, bucket):
-                found = w
-                break
-            else:
-                aside.append(heapq.heappop(heap))
-        for e in aside:
-            heapq.heappush(heap, e)
-        return found
+        return self._first_fitting(self.fleet._heap, self.fleet._valid, r, bucket)
 
     def _least_loaded_holding(self, r: PendingRequest, bucket: int) -> _Worker | None:
         heap = self._holding.get(bucket)
         if not heap:
             return None
-        aside, found = [], None
         workers = self.fleet._workers
+
+        def valid(entry: tuple) -> _Worker | None:
+            w = workers.get(entry[1])
+            return w if w is not None and w.load == entry[0] else None
+
+        return self._first_fitting(heap, valid, r, bucket)
+
+    def _first_fitting(
+        self,
+        heap: list,
+        valid: Callable[[Any], _Worker | None],
+        r: PendingRequest,
+        bucket: int,
+    ) -> _Worker | None:
+        """Least-loaded worker in `heap` that fits r: stale entries (valid() is None) and full
+        workers are dropped; entries that do not fit r are set aside and pushed back."""
+        aside, found = [], None
         while heap:
-            load, wid = heap[0]
-            w = workers.get(wid)
-            if w is None or w.load != load or w.free_slots < 1:
+            w = valid(heap[0])
+            if w is None or w.free_slots < 1:
                 heapq.heappop(heap)
             elif self._fits(w, r, bucket):
                 found = w
