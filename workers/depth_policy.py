@@ -16,8 +16,8 @@ one-time costs such as a GPU backend building kernels for the new shape, ~40 ms 
 CUDA), else a least-squares fit over those per-shape medians on [1, B, k > 0, k, B*k] (verify width k+1 on B rows; a drafter's fixed cost per round, e.g. an
 MTP head folding in the last verify's hidden states, and its cost per step). Whole-step time,
 not per-phase time: what a depth costs includes its bookkeeping, which a per-phase model
-misattributes. A depth below the configured one is taken only for a predicted gain above
-`min_gain`.
+misattributes. Drafting is chosen only for a predicted gain above `min_gain` over depth 0: on
+a thin margin the policy decodes plainly, which cannot lose.
 
 Never slower than not drafting, and cheap to learn. The warm-up measures depth 0 first, then
 depths 1, 2, ... in turn, and stops as soon as no deeper depth could pay even if every draft were
@@ -66,7 +66,7 @@ class DepthPolicy:
     explore_every: int = 16  # every n-th round drafts an exploration depth
     decay: float = 0.995  # per-round forgetting of acceptance counts
     refresh_every: int = 8  # rounds a choice is reused for the same B (a fit costs ~0.3 ms)
-    min_gain: float = 0.05  # leave max_depth only for a predicted gain above this
+    min_gain: float = 0.05  # draft only for a predicted gain over depth 0 above this
     explore_budget: float = 0.03  # exploration may lose at most this share of the time observed
     # A draft forward's time over a target forward's (measured by the engine, when it can): at
     # 1 or more, k draft steps plus the verify cost at least k + 1 decode steps, so drafting
@@ -190,8 +190,8 @@ class DepthPolicy:
             return depth
         rates = self._rates(batch_size)
         best = int(np.argmax(rates))
-        if rates[best] < (1 + self.min_gain) * rates[D]:
-            best = D  # not worth leaving the configured depth on a thin margin
+        if rates[best] < (1 + self.min_gain) * rates[0]:
+            best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
         return best
 

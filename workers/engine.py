@@ -249,18 +249,25 @@ class Engine:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
         t0 = time.perf_counter()
         launched = self._launch() if self.rows else None
+        t1 = time.perf_counter()
+        if launched is not None:
+            launched.launch_s = t1 - t0
         events: list[RequestOutput] = []
         flight, self._flight = self._flight, launched
         if flight is not None:
             events += self._collect(flight, stats)
             events += [e for r in self.rows if (e := r.take_event()) is not None]
             events += self._drop_finished()  # finished in N: their N+1 slots are discarded
-        t1 = time.perf_counter()
+        t2 = time.perf_counter()
         if self.rows or self.waiting:
             self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
+            # Round N's cost: building and launching it (last step) plus waiting for and
+            # emitting it (this step). This step's launch belongs to N+1, whose depth may
+            # differ: on a backend that computes while launching (the CPU) it is most of N+1.
             counts, accepted = flight.counts, stats.accepted_per_row
-            self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), t1 - t0)
+            cost = flight.launch_s + (t2 - t1)
+            self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
 
     def _launch(self) -> Flight:

@@ -33,6 +33,7 @@ class Flight:
     last: mx.array  # [B] int32 each row's newest token: the next round's first input
     logprobs: mx.array | None  # [B, K+1]
     width: int  # K + 1: the most tokens a row can have committed
+    launch_s: float = 0.0  # host seconds spent building and launching it
 
     def read_back(self) -> Verdict:
         """Wait for the round and bring its outcome to the host."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.tiny import mixed_prompts, perturbed, reference_greedy, tiny_model
+from tests.tiny import VOCAB, mixed_prompts, perturbed, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
 from workers import Engine, ModelDrafter, SamplingParams
 from workers.depth_policy import DepthPolicy, expected_tokens, fit_linear
@@ -314,3 +314,69 @@ def test_a_draft_model_as_slow_as_the_target_is_never_probed(models):
     # The real calibration (draft forward time over target forward time) is a plain ratio.
     ratio = ModelDrafter(draft).cost_ratio(target)
     assert 0.0 < ratio < 50.0
+
+
+class SlowDeepDrafter:
+    """Wraps a device-resident drafter: proposing costs `per_step` host seconds per draft step,
+    so a round's cost depends on its own depth only."""
+
+    def __init__(self, inner, per_step: float):
+        self.inner, self.per_step = inner, per_step
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def propose(self, request):
+        import time
+
+        time.sleep(self.per_step * int(np.max(request.depths, initial=0)))
+        return self.inner.propose(request)
+
+
+class AlternatingPolicy(DepthPolicy):
+    """Depth 0, max, 0, max, ...; records what the engine reports for each round."""
+
+    calls = 0
+
+    def choose(self, batch_size: int) -> int:
+        self.calls += 1
+        return self.max_depth if self.calls % 2 else 0
+
+    def observe(self, draft_counts, num_accepted, step_time_s):
+        self.seen = getattr(self, "seen", []) + [(int(draft_counts.max(initial=0)), step_time_s)]
+
+
+def test_pipelined_rounds_report_their_own_cost_to_the_policy():
+    """A pipelined step launches round N+1 and collects N; the policy must be told N's cost,
+    not N+1's (on the CPU launching N+1 computes most of it). Seen: every depth-0 round was
+    charged the next, deep round's drafting, so the policy saw all depths cost alike."""
+    from bench.forced_drafter import DeviceForcedDrafter
+
+    target = tiny_model("llama", seed=7)
+    prompts = mixed_prompts(2, seed=1)
+    sp = SamplingParams(max_tokens=24, ignore_eos=True)
+    refs = {tuple(p): o.tokens for p, o in zip(prompts, Engine(target).generate(prompts, sp))}
+    drafter = SlowDeepDrafter(DeviceForcedDrafter(refs, VOCAB), per_step=0.01)
+    engine = Engine(target, drafter=drafter, max_batch_size=2, draft_depth=3, adaptive_depth=True)
+    policy = engine.depth_policy = AlternatingPolicy(max_depth=3)
+    outs = engine.generate(prompts, sp)
+    assert [o.tokens for o in outs] == [refs[tuple(p)] for p in prompts]
+    deep = [t for k, t in policy.seen if k == 3]
+    plain = [t for k, t in policy.seen if k == 0]
+    assert len(deep) >= 2 and len(plain) >= 2, policy.seen
+    # A deep round sleeps 30 ms while it is built; a plain round does not sleep at all.
+    assert min(deep) >= 0.03 and max(plain) < 0.03, policy.seen
+
+
+def test_a_thin_predicted_gain_keeps_the_policy_on_plain_decoding():
+    """Where drafting gains less than min_gain (a compute-bound batch: a 2-token verify costs
+    about twice a decode), the policy decodes plainly: that cannot lose, a noisy depth can."""
+    verify = lambda B, W: 0.001 + 0.001 * B * W  # noqa: E731
+    machine = SimulatedMachine(verify, draft_cost(0.0, 0.0002, 0.0), [0.85] * 4, seed=5)
+    policy = DepthPolicy(max_depth=4)
+    for _ in range(200):
+        machine.round(policy, 16)
+    policy.explore_every = 0
+    rates = {k: machine.true_rate(16, k) for k in range(5)}
+    assert max(rates.values()) < 1.05 * rates[0], rates  # the machine: no depth clearly pays
+    assert policy.choose(16) == 0
