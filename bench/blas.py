@@ -57,7 +57,7 @@ def child() -> dict:
         for m in (1, 2, 3, 4, 5, 8, 32, 512):
             x = mx.random.normal((m, 256))
             mx.eval(w, x)
-            out["matmul_us"][f"{m}x256x{n}"] = round(_median_us(lambda: x @ w.T), 1)
+            out["matmul_us"][f"{m}x256x{n}"] = round(_median_us(lambda x=x, w=w: x @ w.T), 1)
     model = Engine.load().model
     prompt = list(range(1, 151))
     cache = BatchCache.for_model(model, 1)
@@ -65,7 +65,11 @@ def child() -> dict:
     for width in range(1, 6):
         tokens = mx.array([list(range(5, 5 + width))])
         valid = np.array([width])
-        us = _median_us(lambda: forward_window(model, cache, tokens, valid), reps=60, inner=1)
+
+        def fwd(tokens=tokens, valid=valid):
+            return forward_window(model, cache, tokens, valid)
+
+        us = _median_us(fwd, reps=60, inner=1)
         out["forward_ms"][str(width)] = round(us / 1e3, 3)
     out["stream"] = measure(None, "mtp", heldout_prompts(8), 64)
     return out
@@ -92,7 +96,7 @@ def main() -> None:
             print(name, runs[name][-1]["stream"], file=sys.stderr)
     result = {
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores",
-        "command": "python -m bench.blas --rounds %d" % args.rounds,
+        "command": f"python -m bench.blas --rounds {args.rounds}",
         "runs": runs,
         "stream_speedup": {n: [r["stream"]["speedup"] for r in rs] for n, rs in runs.items()},
         "plain_tokens_per_s": {
