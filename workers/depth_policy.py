@@ -19,7 +19,8 @@ not per-phase time: what a depth costs includes its bookkeeping, which a per-pha
 misattributes. Drafting is chosen only for a predicted gain above `min_gain` over depth 0: on
 a thin margin the policy decodes plainly, which cannot lose.
 
-Never slower than not drafting, and cheap to learn. The warm-up measures depth 0 first, then
+Never slower than not drafting, and cheap to learn. Every batch size is first decoded plainly
+once, so drafting is always weighed against a measured plain round. The warm-up measures depth 0 first, then
 depths 1, 2, ... in turn, and stops as soon as no deeper depth could pay even if every draft were
 accepted (a round of depth k costs at least the deepest measured round below it): a draft model
 that costs more than it saves is measured for one or two rounds of depth 1, not for every depth.
@@ -175,6 +176,12 @@ class DepthPolicy:
         twice before the round is observed)."""
         D = self.max_depth
         if self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio:
+            return 0
+        if (batch_size, 0) not in self._first:
+            # Plain decoding at this batch size first: drafting is chosen against what plain
+            # costs here, which a fit over other sizes misjudges (seen: rows arriving one by
+            # one, warm-up at B <= 2, plain costed 24 ms at B = 16 where it took 18 ms, and
+            # depth 3 ran there at 0.7x plain's rate). A plain round cannot lose.
             return 0
         if self._warm:  # depth 0, 0, 1, 1, 2, 2, ... until deeper cannot pay
             k = self._rounds // 2

@@ -207,6 +207,8 @@ def test_policy_generalises_across_batch_sizes_it_rarely_saw(name):
     policy.explore_every = 0
     for B in (5, 12):
         rates = {k: machine.true_rate(B, k) for k in range(5)}
+        if (B, 0) not in policy._first:  # a size never seen is decoded plainly once first
+            assert machine.round(policy, B) == 0
         picked = policy.choose(B)
         assert rates[picked] >= 0.9 * max(rates.values()), (name, B, picked, rates)
 
@@ -380,3 +382,33 @@ def test_a_thin_predicted_gain_keeps_the_policy_on_plain_decoding():
     rates = {k: machine.true_rate(16, k) for k in range(5)}
     assert max(rates.values()) < 1.05 * rates[0], rates  # the machine: no depth clearly pays
     assert policy.choose(16) == 0
+
+
+def test_drafting_is_weighed_against_plain_measured_at_the_same_batch_size():
+    """Rows arriving one by one: the warm-up runs at B <= 2, where drafting pays, then the batch
+    fills to 16 on a compute-bound machine, where it does not. Seen on the CPU: plain at B = 16
+    was only ever fitted from small-B rounds (24 ms predicted, 18 ms true) and depth 3 ran there
+    at 0.7x plain's rate."""
+    verify = lambda B, W: 0.002 + 0.001 * B * W  # noqa: E731
+    machine = SimulatedMachine(verify, draft_cost(0.0005, 0.0005, 0.00001), [0.75] * 4, seed=2)
+    policy = DepthPolicy(max_depth=3)
+    sizes = [1] * 6 + [2] * 6 + [4] * 3 + [8] * 3 + [16] * 200
+    picks = [(B, machine.round(policy, B)) for B in sizes]
+    at_16 = [k for B, k in picks[-150:] if B == 16]
+    rates = {k: machine.true_rate(16, k) for k in range(4)}
+    assert max(rates, key=rates.get) == 0, rates  # the machine: plain is best at B = 16
+    assert at_16.count(0) >= 0.9 * len(at_16), at_16
+    assert any(k > 0 for B, k in picks if B == 1), "at B = 1 drafting pays and is used"
+
+
+@pytest.mark.parametrize("name", sorted(MACHINES))
+def test_the_first_round_at_every_batch_size_is_plain(name):
+    """Continuous batching changes B all the time; at a size never decoded plainly, the policy
+    measures plain first, whatever a fit over other sizes predicts."""
+    verify, draft, accept = MACHINES[name]
+    machine = SimulatedMachine(verify, draft, accept, seed=4)
+    policy = DepthPolicy(max_depth=4)
+    first: dict[int, int] = {}
+    for B in machine.rng.integers(1, 33, size=300):
+        first.setdefault(int(B), machine.round(policy, int(B)))
+    assert len(first) >= 25 and set(first.values()) == {0}, first
