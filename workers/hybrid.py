@@ -14,11 +14,14 @@ cache it defers to the wrapped layer, so the model still works with mlx-lm's cac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 from workers.cache_types import CacheOwner, concat_rows
+from workers.gdn_recurrence import Recurrence, window_recurrence
 
 MAX_STATE_WINDOW = 17  # a verify window: up to 16 drafts + the last committed token
 
@@ -36,6 +39,7 @@ class RaggedStateCache:
         self._state_before: mx.array | None = None  # [B, Hv, Dv, Dk]
         self._all_states = True
         self._kernel = 0
+        self._rerun: Rerun | None = None  # a fused window: recompute the kept prefix's state
 
     def make_mask(self, N: int, **_: object) -> mx.array:
         valid = self.owner.window_valid_mx
@@ -48,9 +52,11 @@ class RaggedStateCache:
         before: mx.array,
         states: list[mx.array],
         all_states: bool,
+        rerun: Rerun | None = None,
     ) -> None:
         self._conv_input, self._kernel, self._state_before = conv_input, kernel, before
         self._states, self._all_states = mx.stack(states, axis=1), all_states
+        self._rerun = rerun
 
     def on_commit(self, n: np.ndarray | mx.array) -> None:
         """Row r keeps the first n[r] tokens of the staged window (n[r] may be 0). n may still
@@ -58,13 +64,17 @@ class RaggedStateCache:
         if self._conv_input is None or self._states is None or self._state_before is None:
             return
         if isinstance(n, mx.array):
-            assert self._all_states, "long windows commit with host counts"
+            assert self._all_states or self._rerun, "long windows commit with host counts"
             n_mx = n.astype(mx.int32)
         else:
             n_mx = mx.array(n.astype(np.int32))
         # After n tokens the conv history is conv_input[n : n + kernel-1] (n = 0: unchanged).
         idx = (n_mx[:, None] + mx.arange(self._kernel))[..., None]  # [B, kernel-1, 1]
         self.conv = mx.take_along_axis(self._conv_input, idx, axis=1)
+        if self._rerun is not None:  # a fused verify window: rerun the kept prefix only
+            self.state = self._rerun.state_after(self._state_before, n_mx)
+            self._conv_input = self._states = self._state_before = self._rerun = None
+            return
         if self._all_states:
             pick = mx.maximum(n_mx - 1, 0)
         else:
@@ -87,6 +97,22 @@ class RaggedStateCache:
 
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.conv, self.state) if a is not None]
+
+
+@dataclass
+class Rerun:
+    """A verify window run by a fused kernel (final state only): at commit, the state after
+    each row's kept prefix is the same kernel run again from the state before the window, with
+    positions past the prefix masked (they leave the state as it is)."""
+
+    recurrence: Recurrence
+    inputs: tuple[mx.array, ...]  # q, k [B, W, Hk, Dk], v [B, W, Hv, Dv], g, beta [B, W, Hv]
+    valid: mx.array  # [B, W] bool: the window's real (unpadded) tokens
+
+    def state_after(self, before: mx.array, n: mx.array) -> mx.array:
+        W = self.valid.shape[1]
+        keep = (mx.arange(W)[None, :] < n[:, None]) & self.valid  # [B, W]
+        return self.recurrence(*self.inputs, before, keep)[1]
 
 
 class RaggedGDN(nn.Module):
@@ -129,9 +155,18 @@ class RaggedGDN(nn.Module):
         state = cache.state
         if state is None:
             state = mx.zeros((B, g.num_v_heads, g.head_v_dim, g.head_k_dim), dtype=mx.float32)
+        keep_all = S <= MAX_STATE_WINDOW
+        fused = window_recurrence(g.head_k_dim)
+        if fused is not None:  # one kernel per window (workers/gdn_recurrence.py)
+            valid = mx.ones((B, S), dtype=mx.bool_) if mask is None else mask
+            y, final = fused(q, k, v, decay, beta, state, valid)
+            # One position: its final state is every position's. Up to a verify window: rerun
+            # the kept prefix at commit. Longer (prefill chunks): rows commit whole.
+            rerun = Rerun(fused, (q, k, v, decay, beta), valid) if keep_all and S > 1 else None
+            cache.stage(conv_input, kernel, state, [final], S == 1, rerun)
+            return g.out_proj(g.norm(y, z).reshape(B, S, -1))
         if (rep := g.num_v_heads // g.num_k_heads) > 1:
             q, k = mx.repeat(q, rep, -2), mx.repeat(k, rep, -2)
-        keep_all = S <= MAX_STATE_WINDOW
         before, ys, states = state, [], []
         for t in range(S):
             step_mask = None if mask is None else mask[:, t]

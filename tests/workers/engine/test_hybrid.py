@@ -72,3 +72,38 @@ def test_rollback_after_accepts_0_K_1_2_equals_running_alone(hybrid):
                 conv_ref, state_ref = layer[0], layer[1]
                 assert mx.allclose(mine.conv[r : r + 1], conv_ref, atol=1e-5).item(), r
                 assert mx.allclose(mine.state[r : r + 1], state_ref, atol=1e-5).item(), r
+
+
+@pytest.mark.parametrize("drafter", ["oracle", "mtp"])
+def test_fused_window_path_reruns_each_rows_kept_prefix(hybrid, monkeypatch, drafter):
+    """Where the recurrence is one kernel (Metal, CUDA) a verify window yields only its final
+    state, and commit reruns the window from the state before it with each row's rejected
+    tail masked (workers/gdn_recurrence.py). On the CPU the same path runs with mlx-lm's ops
+    loop as the recurrence: tokens must equal mlx-lm's, with counts from the host (oracle:
+    one round at a time) and from the device (MTP: pipelined rounds)."""
+    from tests.tiny import fit_mtp_head
+    from workers import hybrid as hybrid_module
+    from workers.drafters.mtp import MTPDrafter
+    from workers.gdn_recurrence import MODE_ENV
+
+    model, prompts, refs = hybrid
+    monkeypatch.setenv(MODE_ENV, "ops")
+    reruns = []
+    state_after = hybrid_module.Rerun.state_after
+
+    def counted(self, before, n):
+        reruns.append(n)
+        return state_after(self, before, n)
+
+    monkeypatch.setattr(hybrid_module.Rerun, "state_after", counted)
+    if drafter == "oracle":
+        made = OracleDrafter({tuple(p): r[0] for p, r in zip(prompts, refs)})
+    else:
+        made = MTPDrafter(model, fit_mtp_head(model, steps=40))
+    engine = Engine(model, drafter=made, max_batch_size=6, draft_depth=3)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    for i, (o, ref) in enumerate(zip(outs, refs)):
+        assert_matches(o.tokens, ref, f"fused path, {drafter} drafter, row {i}")
+    assert reruns, "the two-pass path must have run"
+    stats = engine.take_round_stats()
+    assert sum(len(set(s.accepted_per_row)) > 1 for s in stats) >= 1  # rows kept different n
