@@ -43,12 +43,17 @@ SYSTEMS = (
     "mlx_vlm_mtp_noclamp",  # diagnostic: mlx-vlm with its min-accept clamp switched off
     "specfleet_plain",
     "specfleet_mtp",
+    # --with-loop: specfleet with the per-position ops loop for GatedDeltaNet windows (the path
+    # before the fused recurrence, workers/gdn_recurrence.py), side by side in this process
+    "specfleet_plain_loop",
+    "specfleet_mtp_loop",
 )
 BASELINE = "mlx_lm_batch_generator"
 OWN_PLAIN = {
     "mlx_vlm_mtp": "mlx_vlm_plain",
     "mlx_vlm_mtp_noclamp": "mlx_vlm_plain",
     "specfleet_mtp": "specfleet_plain",
+    "specfleet_mtp_loop": "specfleet_plain_loop",
 }
 
 
@@ -88,6 +93,8 @@ class Peers:
             depth,
         )
         self.mlx_lm_model = load(str(model_dir))[0]
+        self.with_loop = False
+        self.only: list[str] = []
         self.vlm_version, self.vlm_error = R.mlx_vlm_status()
         self.vlm: R.VlmModel | None = None
         if self.vlm_error is None:
@@ -97,14 +104,31 @@ class Peers:
                 self.vlm_error = f"load failed: {type(e).__name__}: {e}"
 
     def systems(self) -> list[str]:
-        return [s for s in SYSTEMS if self.vlm is not None or not s.startswith("mlx_vlm")]
+        return [
+            s
+            for s in SYSTEMS
+            if (self.vlm is not None or not s.startswith("mlx_vlm"))
+            and (self.with_loop or not s.endswith("_loop"))
+            and (not self.only or s in self.only)
+        ]
 
     def run(self, name: str, B: int, max_tokens: int | None = None) -> R.Run:
         p, n, k = self.prompts, max_tokens or self.max_tokens, self.depth
         if name == "mlx_lm_batch_generator":
             return R.mlx_lm_batch(self.mlx_lm_model, p, n, B)
         if name.startswith("specfleet"):
-            return R.specfleet(self.model_dir, p, n, B, k, mtp=name.endswith("mtp"))
+            from workers.gdn_recurrence import MODE_ENV
+
+            mode = "loop" if name.endswith("_loop") else os.environ.get(MODE_ENV, "kernel")
+            saved = os.environ.get(MODE_ENV)
+            os.environ[MODE_ENV] = mode
+            try:
+                return R.specfleet(self.model_dir, p, n, B, k, mtp="_mtp" in name)
+            finally:
+                if saved is None:
+                    os.environ.pop(MODE_ENV, None)
+                else:
+                    os.environ[MODE_ENV] = saved
         assert self.vlm is not None, name
         mtp, clamp = "_mtp" in name, not name.endswith("noclamp")
         return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=mtp, clamp=clamp)
@@ -155,6 +179,8 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3, help="drafts per round (both MTP systems)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "peers_cpu.json"))
+    ap.add_argument("--with-loop", action="store_true", help="also specfleet with the ops loop")
+    ap.add_argument("--systems", help="comma-separated subset of the systems to run")
     args = ap.parse_args()
 
     load_start = os.getloadavg()
@@ -169,6 +195,9 @@ def main() -> None:
     )
     prompts = make_prompts(max(args.prompts, 1), shape.vocab_size)
     peers = Peers(model_dir, prompts, args.max_tokens, args.depth)
+    peers.with_loop = args.with_loop
+    if args.systems:
+        peers.only = args.systems.split(",")
     if peers.vlm_error:
         print(f"mlx-vlm unavailable: {peers.vlm_error}", flush=True)
     ref, gaps = R.reference_greedy(peers.mlx_lm_model, prompts, args.max_tokens)

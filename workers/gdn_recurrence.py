@@ -41,9 +41,9 @@ def window_recurrence(head_k_dim: int) -> Recurrence | None:
         from mlx_lm.models.gated_delta import gated_delta_ops
 
         return gated_delta_ops
-    if mode == "loop" or mx.default_device() != mx.gpu or head_k_dim % 32:
+    if mode == "loop" or mx.default_device() != mx.gpu:
         return None
-    if mx.metal.is_available():
+    if mx.metal.is_available() and head_k_dim % 32 == 0:  # mlx-lm's kernel: 32-lane groups
         from mlx_lm.models.gated_delta import gated_delta_kernel
 
         return gated_delta_kernel
@@ -53,8 +53,9 @@ def window_recurrence(head_k_dim: int) -> Recurrence | None:
 
 
 _CUDA_SOURCE = """
-    // One warp per (row b, value head hv, value index dv): lane l holds state[dv, l*NPT : (l+1)*NPT].
-    constexpr int NPT = Dk / 32;
+    // One warp per (row b, value head hv, value index dv): lane l holds state[dv, l*NPT :
+    // (l+1)*NPT] (NPT = ceil(Dk / 32); lanes past Dk hold zeros and add nothing).
+    constexpr int NPT = (Dk + 31) / 32;
     const int lane = threadIdx.x;
     const int dv = blockIdx.y * blockDim.y + threadIdx.y;
     const int n = blockIdx.z;  // b * Hv + hv
@@ -69,20 +70,21 @@ _CUDA_SOURCE = """
     const bool* mask_ = mask + (size_t)b * T;
     const float* s_in = state_in + ((size_t)n * Dv + dv) * Dk + lane * NPT;
     float* s_out = state_out + ((size_t)n * Dv + dv) * Dk + lane * NPT;
+    const int live = min(NPT, max(0, Dk - lane * NPT));  // this lane's elements inside Dk
     float s[NPT];
-    for (int i = 0; i < NPT; ++i) s[i] = s_in[i];
+    for (int i = 0; i < NPT; ++i) s[i] = i < live ? s_in[i] : 0.0f;
     for (int t = 0; t < T; ++t) {
       float out = 0.0f;
       if (mask_[t]) {
         const float decay = g_[t * Hv];
         float kv = 0.0f;
-        for (int i = 0; i < NPT; ++i) {
+        for (int i = 0; i < live; ++i) {
           s[i] *= decay;
           kv += s[i] * static_cast<float>(k_[t * Hk * Dk + i]);
         }
         for (int o = 16; o > 0; o >>= 1) kv += __shfl_xor_sync(0xffffffff, kv, o);
         const float delta = (static_cast<float>(v_[t * Hv * Dv]) - kv) * beta_[t * Hv];
-        for (int i = 0; i < NPT; ++i) {
+        for (int i = 0; i < live; ++i) {
           s[i] += static_cast<float>(k_[t * Hk * Dk + i]) * delta;
           out += s[i] * static_cast<float>(q_[t * Hk * Dk + i]);
         }
@@ -90,7 +92,7 @@ _CUDA_SOURCE = """
       }
       if (lane == 0) y_[t * Hv * Dv] = static_cast<InT>(out);
     }
-    for (int i = 0; i < NPT; ++i) s_out[i] = s[i];
+    for (int i = 0; i < live; ++i) s_out[i] = s[i];
 """
 
 _cuda_kernel: Callable[..., list[mx.array]] | None = None  # built on first use
