@@ -19,10 +19,9 @@ not per-phase time: what a depth costs includes its bookkeeping, which a per-pha
 misattributes. Drafting is chosen only for a predicted gain above `min_gain` over depth 0: on
 a thin margin the policy decodes plainly, which cannot lose.
 
-Never slower than not drafting, and cheap to learn. Every batch size is first decoded plainly
-once, so drafting is always weighed against a measured plain round. The warm-up measures depth 0 first, then
-depths 1, 2, ... in turn, and stops as soon as no deeper depth could pay even if every draft were
-accepted (a round of depth k costs at least the deepest measured round below it): a draft model
+Never slower than not drafting, and cheap to learn. Each bucket of batch sizes (1, 2-3, 4-7,
+8-15, ...) has its own warm-up: depth 0 first, then depths 1, 2, ... in turn (two rounds each),
+stopping as soon as no deeper depth could pay even if every draft were accepted (a round of depth k costs at least the deepest measured round below it): a draft model
 that costs more than it saves is measured for one or two rounds of depth 1, not for every depth.
 Depths never measured are costed at least as much as the deepest measured one below them, so an
 extrapolation cannot pick them. Later, every `explore_every`-th round tries a depth in turn
@@ -85,7 +84,7 @@ class DepthPolicy:
     _first: dict = field(default_factory=dict)  # (B, k) -> fastest round seen (first included)
     _count: dict = field(default_factory=dict)  # (B, k) -> rounds seen
     _worst: dict = field(default_factory=dict)  # (B, k) -> slowest round seen
-    _warm: bool = True  # still in the warm-up
+    _probed: set = field(default_factory=set)  # batch-size buckets whose warm-up is done
     _time_total: float = 0.0  # seconds of every round observed
     _explore_loss: float = 0.0  # predicted seconds exploration has cost over the best depth
     _explored_at: int = -1  # round whose exploration cost is already counted
@@ -177,17 +176,9 @@ class DepthPolicy:
         D = self.max_depth
         if self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio:
             return 0
-        if (batch_size, 0) not in self._first:
-            # Plain decoding at this batch size first: drafting is chosen against what plain
-            # costs here, which a fit over other sizes misjudges (seen: rows arriving one by
-            # one, warm-up at B <= 2, plain costed 24 ms at B = 16 where it took 18 ms, and
-            # depth 3 ran there at 0.7x plain's rate). A plain round cannot lose.
-            return 0
-        if self._warm:  # depth 0, 0, 1, 1, 2, 2, ... until deeper cannot pay
-            k = self._rounds // 2
-            if k <= D and not (k >= 1 and self._deeper_cannot_pay(batch_size)):
-                return k
-            self._warm = False
+        k = self._probe(batch_size)
+        if k is not None:
+            return k
         if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
             k = (self._rounds // self.explore_every) % (D + 1)
             if self._explored_at == self._rounds or self._may_explore(batch_size, k):
@@ -209,18 +200,52 @@ class DepthPolicy:
             [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(self.max_depth + 1)]
         )
 
-    def _deeper_cannot_pay(self, batch_size: int) -> bool:
+    def _probe(self, batch_size: int) -> int | None:
+        """The warm-up of this batch size's bucket (sizes of one bit length: 1, 2-3, 4-7, ...):
+        depth 0, 0, 1, 1, 2, 2, ... until no deeper depth can pay; None once it is done.
+
+        Per bucket, because what a depth costs depends on B (memory-bound small batches,
+        compute-bound large ones) more than a linear fit over other sizes can say. Seen on the
+        CPU: rows arriving one by one warmed a global warm-up at B <= 2; at B = 16 plain was
+        fitted at 24 ms where it took 18, and depth 3 ran there at 0.7x plain's rate; and the
+        other way on a GPU: a batch size that had only a plain round was fitted too dear to
+        draft and never tried it.
+        """
+        bucket = int(batch_size).bit_length()
+        if bucket in self._probed:
+            return None
+        counts = self._bucket_counts(bucket)
+        for k in range(self.max_depth + 1):
+            if counts.get(k, 0) < 2:
+                if k >= 2 and self._deeper_cannot_pay(bucket):
+                    break
+                return k
+        self._probed.add(bucket)
+        return None
+
+    def _bucket_counts(self, bucket: int) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for (b, k), n in self._count.items():
+            if b.bit_length() == bucket:
+                counts[k] = counts.get(k, 0) + n
+        return counts
+
+    def _deeper_cannot_pay(self, bucket: int) -> bool:
         """Neither the deepest measured depth m >= 1 nor any deeper one can beat a shallower
-        measured depth, even with every draft accepted: a round of depth >= m costs at least
-        the fastest round seen at m (first rounds included), and emits at most 1 + max_depth."""
-        seen = {j: t for (b, j), t in self._first.items() if b == batch_size}
-        m = max(seen, default=0)
+        measured depth in this bucket, even with every draft accepted: a round of depth >= m
+        costs at least the fastest round seen at m (first rounds included, per row), and
+        emits at most 1 + max_depth tokens per row."""
+        per_row: dict[int, float] = {}  # depth -> fastest seconds per row in this bucket
+        for (b, j), t in self._first.items():
+            if b.bit_length() == bucket:
+                per_row[j] = min(per_row.get(j, float("inf")), t / b)
+        m = max(per_row, default=0)
         # Two rounds each: one alone may be a one-off (a GPU building kernels for a new shape).
-        if m < 1 or 0 not in seen or self._count[(batch_size, m)] < 2:
+        if m < 1 or 0 not in per_row or self._bucket_counts(bucket).get(m, 0) < 2:
             return False
         c = self.acceptance()
-        best = max(expected_tokens(c, j) / max(t, 1e-9) for j, t in seen.items() if j < m)
-        return (1 + self.max_depth) / max(seen[m], 1e-9) <= best
+        best = max(expected_tokens(c, j) / max(t, 1e-12) for j, t in per_row.items() if j < m)
+        return (1 + self.max_depth) / max(per_row[m], 1e-12) <= best
 
     def _may_explore(self, batch_size: int, k: int) -> bool:
         """Explore depth k only while exploring's cost stays within budget, costed at the

@@ -112,7 +112,7 @@ def cuda_recurrence(
     if _cuda_kernel is None:
         _cuda_kernel = mx.fast.cuda_kernel(  # type: ignore[assignment]
             name="specfleet_gated_delta",
-            input_names=["q", "k", "v", "g", "beta", "state_in", "mask", "T"],
+            input_names=["q", "k", "v", "g", "beta", "state_in", "mask"],
             output_names=["y", "state_out"],
             source=_CUDA_SOURCE,
         )
@@ -132,9 +132,10 @@ def cuda_recurrence(
             beta.astype(mx.float32),
             state.astype(mx.float32),
             mask.astype(mx.bool_),
-            T,
-        ],  # fmt: skip
-        template=[("InT", q.dtype), ("Dk", Dk), ("Dv", Dv), ("Hk", Hk), ("Hv", Hv)],
+        ],
+        # Sizes are template constants (a CUDA kernel takes array inputs only): one build per
+        # window length and head shape.
+        template=[("InT", q.dtype), ("T", T), ("Dk", Dk), ("Dv", Dv), ("Hk", Hk), ("Hv", Hv)],
         grid=(32, ((Dv + rows_per_block - 1) // rows_per_block) * rows_per_block, B * Hv),
         threadgroup=(32, rows_per_block, 1),
         output_shapes=[(B, T, Hv, Dv), (B, Hv, Dv, Dk)],

@@ -198,7 +198,8 @@ def test_cap_spares_rejection_rows_and_is_off_by_default(models):
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_policy_generalises_across_batch_sizes_it_rarely_saw(name):
-    """Continuous batching: B changes every round; the fit covers sizes seen once or never."""
+    """Continuous batching: B changes every round; the fit covers sizes seen once or never
+    (12: never, but its bucket, 8-15, was warmed up at 8)."""
     verify, draft, accept = MACHINES[name]
     machine = SimulatedMachine(verify, draft, accept, seed=3)
     policy = DepthPolicy(max_depth=4)
@@ -207,8 +208,6 @@ def test_policy_generalises_across_batch_sizes_it_rarely_saw(name):
     policy.explore_every = 0
     for B in (5, 12):
         rates = {k: machine.true_rate(B, k) for k in range(5)}
-        if (B, 0) not in policy._first:  # a size never seen is decoded plainly once first
-            assert machine.round(policy, B) == 0
         picked = policy.choose(B)
         assert rates[picked] >= 0.9 * max(rates.values()), (name, B, picked, rates)
 
@@ -402,13 +401,18 @@ def test_drafting_is_weighed_against_plain_measured_at_the_same_batch_size():
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
-def test_the_first_round_at_every_batch_size_is_plain(name):
-    """Continuous batching changes B all the time; at a size never decoded plainly, the policy
-    measures plain first, whatever a fit over other sizes predicts."""
+def test_every_batch_size_bucket_warms_up_from_plain(name):
+    """Continuous batching changes B all the time; in a bucket of sizes (1, 2-3, 4-7, ...)
+    never seen, the policy measures plain first, then drafting, whatever a fit over other
+    sizes predicts (seen on a GPU: a size with only a plain round was fitted too dear to draft
+    and never tried it)."""
     verify, draft, accept = MACHINES[name]
     machine = SimulatedMachine(verify, draft, accept, seed=4)
     policy = DepthPolicy(max_depth=4)
-    first: dict[int, int] = {}
-    for B in machine.rng.integers(1, 33, size=300):
-        first.setdefault(int(B), machine.round(policy, int(B)))
-    assert len(first) >= 25 and set(first.values()) == {0}, first
+    picks: dict[int, list[int]] = {}
+    for B in machine.rng.integers(1, 33, size=600):
+        picks.setdefault(int(B).bit_length(), []).append(machine.round(policy, int(B)))
+    assert set(picks) == {1, 2, 3, 4, 5, 6}
+    for bucket, ks in picks.items():
+        assert ks[:2] == [0, 0], (bucket, ks[:8])
+        assert ks[2] == 1 or len(ks) <= 2, (bucket, ks[:8])  # then depth 1 is measured
