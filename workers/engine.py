@@ -26,7 +26,7 @@ import numpy as np
 
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.depth_policy import DepthPolicy, row_depths
-from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal
+from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
 from workers.forward import forward_window, forward_window_hidden, prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
@@ -103,6 +103,14 @@ class Engine:
         self._verify_hidden: mx.array | None = None
         self._flight: Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
+        # Pad a pipelined round's drafts to draft_depth, so the verify forward has one shape
+        # whatever depth the policy picks: MLX's CUDA attention builds a graph per shape
+        # (~40 ms each), and an adaptive policy's depth mix kept meeting new (span, width)
+        # pairs (measured on an H200: MTP adaptive 1.5-3x slower per round than fixed depth
+        # at a similar depth mix). Metal and the CPU build nothing per shape: no padding.
+        self.pad_verify = mx.default_device() == mx.gpu and mx.cuda.is_available()
+        if self.pad_verify and hasattr(drafter, "pad_packed_to"):
+            drafter.pad_packed_to = 8  # type: ignore[union-attr]
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
@@ -275,6 +283,8 @@ class Engine:
         prev = self._flight
         rows = list(self.rows)
         proposal = self._draft(None, in_flight=prev.width if prev else 0)
+        if self.pad_verify and 0 < proposal.tokens.shape[1] < self.config.draft_depth:
+            proposal = padded(proposal, self.config.draft_depth)
         last = last_tokens(self.rows, prev)
         window = self._window(last, proposal)  # [B, K+1]
         logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)

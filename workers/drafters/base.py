@@ -126,3 +126,12 @@ def empty_proposal(batch_size: int) -> Proposal:
         tokens=np.zeros((batch_size, 0), dtype=np.int32),
         counts=np.zeros(batch_size, dtype=np.int64),
     )
+
+
+def padded(proposal: Proposal, depth: int) -> Proposal:
+    """The same drafts in a [B, depth] array (zeros after each row's own); counts unchanged,
+    so nothing past a row's count is ever accepted. Greedy proposals only (no probs)."""
+    tokens = proposal.device_tokens()
+    assert proposal.probs is None, "padding applies to greedy proposals"
+    pad = depth - tokens.shape[1]
+    return Proposal(tokens=mx.pad(tokens, [(0, 0), (0, pad)]), counts=proposal.counts)

@@ -59,6 +59,10 @@ class MTPDrafter:
         # token and drafts nothing.
         self.backlog: list[Pairs] = []
         self.max_backlog = 8  # absorb once more verifies wait than this (bounds memory)
+        # Round a packed backlog window up to a multiple of this: its width is the sum of the
+        # widths waiting, so each new mix is a new head-step shape (the engine sets 8 where
+        # shapes cost a build, CUDA; see Engine.pad_verify).
+        self.pad_packed_to = 1
         self.ready = np.zeros(0, dtype=bool)
         self._chained = np.zeros(0, dtype=np.int64)
         self.histories: list[Sequence[int]] = []  # live references to the rows' histories
@@ -182,7 +186,10 @@ class MTPDrafter:
         each row's last pair: (chain [B, W, H], normed [B, W, H], last valid index [B])."""
         if not self.backlog:
             return None
-        pairs = self.backlog[0] if len(self.backlog) == 1 else Pairs.packed(self.backlog)
+        if len(self.backlog) == 1:
+            pairs = self.backlog[0]
+        else:
+            pairs = Pairs.packed(self.backlog, self.pad_packed_to)
         self.backlog = []
         W = pairs.tokens.shape[1]
         chain, normed = self._step(
@@ -240,11 +247,12 @@ class Pairs:
         return Pairs(self.hidden[rows], self.tokens[rows], self.count[rows], host)
 
     @classmethod
-    def packed(cls, parts: list[Pairs]) -> Pairs:
+    def packed(cls, parts: list[Pairs], multiple: int = 1) -> Pairs:
         """One window holding every part's valid pairs back to back, per row: part j's pairs
-        start where part j-1's valid ones end (its padding is overwritten by part j)."""
+        start where part j-1's valid ones end (its padding is overwritten by part j); its
+        width rounded up to `multiple` (the tail is padding, past every row's count)."""
         B, _, H = parts[0].hidden.shape
-        W = sum(p.tokens.shape[1] for p in parts)
+        W = -(-sum(p.tokens.shape[1] for p in parts) // multiple) * multiple
         tokens = mx.zeros((B, W), dtype=mx.int32)
         hidden = mx.zeros((B, W, H), dtype=parts[0].hidden.dtype)
         offset = mx.zeros((B,), dtype=mx.int32)

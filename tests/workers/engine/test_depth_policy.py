@@ -416,3 +416,39 @@ def test_every_batch_size_bucket_warms_up_from_plain(name):
     for bucket, ks in picks.items():
         assert ks[:2] == [0, 0], (bucket, ks[:8])
         assert ks[2] == 1 or len(ks) <= 2, (bucket, ks[:8])  # then depth 1 is measured
+
+
+def test_padded_verify_windows_keep_every_depth_lossless():
+    """On CUDA the engine pads a pipelined round's drafts to draft_depth (one verify shape
+    whatever depth the policy picks) and the MTP head's packed backlog window to a multiple of
+    8; padding must never be accepted or committed."""
+    from tests.tiny import fit_mtp_head
+    from workers.drafters.mtp import MTPDrafter
+
+    target = tiny_model("qwen3", seed=3)
+    prompts = mixed_prompts(5, seed=8)
+    engine = Engine(
+        target,
+        drafter=MTPDrafter(target, fit_mtp_head(target, steps=20)),
+        max_batch_size=5,
+        draft_depth=4,
+        adaptive_depth=True,
+    )
+    engine.pad_verify = True  # what a CUDA device sets, with the MTP backlog's rounding
+    engine.drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    engine.depth_policy = CyclingPolicy(max_depth=4)
+    widths = []
+    launch = engine._launch
+
+    def recorded():
+        flight = launch()
+        widths.append(flight.width)
+        return flight
+
+    engine._launch = recorded  # type: ignore[method-assign]
+    outs = engine.generate(prompts, SamplingParams(max_tokens=24))
+    for i, (o, p) in enumerate(zip(outs, prompts)):
+        assert_matches(o.tokens, reference_greedy(target, p, 24), f"row {i}")
+    assert set(widths) == {1, 5}, widths  # plain rounds, and every drafting round at full width
+    stats = engine.take_round_stats()
+    assert len({s.num_draft_tokens // max(s.num_drafts, 1) for s in stats if s.num_drafts}) >= 3
