@@ -25,7 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", default="out/demo", help="results, errors and summaries go here")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--drafter", default="mtp", help="'mtp', 'ngram' or 'model:PATH'")
-    p.add_argument("--draft-depth", type=int, default=3)
+    p.add_argument(
+        "--draft-depth", type=int, default=3, help="the batch job's most drafts per round"
+    )
+    p.add_argument(
+        "--stream-draft-depth", type=int, default=3,
+        help="the single-stream line's most drafts per round",
+    )  # fmt: skip
     p.add_argument("--limit", type=int, help="only the first N requests (a shorter run)")
     p.add_argument("--no-baseline", action="store_true", help="skip the no-drafter run")
     p.add_argument(
@@ -69,7 +75,8 @@ def _single_stream(args: argparse.Namespace) -> dict | None:
     if args.stream_prompts <= 0:
         return None
     cmd = [sys.executable, "-m", "workers.stream_speed", "--drafter", args.drafter,
-           "--prompts", str(args.stream_prompts)]  # fmt: skip
+           "--prompts", str(args.stream_prompts),
+           "--draft-depth", str(args.stream_draft_depth)]  # fmt: skip
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
