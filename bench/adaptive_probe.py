@@ -33,10 +33,15 @@ def main() -> None:
             return Engine(plain.model, plain.tokenizer, drafter=drafter, max_batch_size=B,
                           draft_depth=3, adaptive_depth=adaptive)  # fmt: skip
 
-        engines = {"fixed": make(False), "adaptive": make(True), "pinned3": make(True)}
-        pinned = engines["pinned3"].depth_policy
-        assert pinned is not None
-        pinned.choose = lambda batch_size: 3  # type: ignore[method-assign]
+        engines = {"fixed": make(False), "adaptive": make(True), "pinned3": make(True),
+                   "3_every8th_0": make(True), "3_every8th_2": make(True)}  # fmt: skip
+        for name, other in (("pinned3", 3), ("3_every8th_0", 0), ("3_every8th_2", 2)):
+            pinned = engines[name].depth_policy
+            assert pinned is not None
+            calls = iter(range(10**9))
+            pinned.choose = lambda batch_size, _c=calls, _o=other: (  # type: ignore[method-assign]
+                _o if next(_c) % 8 == 7 else 3
+            )
         spent = {"s": 0.0}
         policy = engines["adaptive"].depth_policy
         assert policy is not None
