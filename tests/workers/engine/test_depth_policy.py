@@ -446,9 +446,19 @@ def test_padded_verify_windows_keep_every_depth_lossless():
         return flight
 
     engine._launch = recorded  # type: ignore[method-assign]
+    asked = []
+    propose = engine.drafter.propose
+
+    def recorded_propose(request):
+        asked.append(int(np.max(request.depths)))
+        return propose(request)
+
+    engine.drafter.propose = recorded_propose  # type: ignore[method-assign]
     outs = engine.generate(prompts, SamplingParams(max_tokens=24))
     for i, (o, p) in enumerate(zip(outs, prompts)):
         assert_matches(o.tokens, reference_greedy(target, p, 24), f"row {i}")
     assert set(widths) == {1, 5}, widths  # plain rounds, and every drafting round at full width
     stats = engine.take_round_stats()
+    # The head drafts 4 deep every drafting round (one graph), the verify counts the cap only.
+    assert asked.count(4) >= len(asked) // 2, asked  # near max_tokens rows allow fewer
     assert len({s.num_draft_tokens // max(s.num_drafts, 1) for s in stats if s.num_drafts}) >= 3
