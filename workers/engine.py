@@ -25,9 +25,10 @@ import mlx.core as mx
 import numpy as np
 
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
-from workers.depth_policy import DepthPolicy, row_depths
-from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
-from workers.forward import forward_window, forward_window_hidden, prefill_chunk
+from workers.depth_policy import DepthPolicy
+from workers.drafters.base import Drafter, Proposal
+from workers.drafting import propose_round
+from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
@@ -103,11 +104,8 @@ class Engine:
         self._verify_hidden: mx.array | None = None
         self._flight: Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
-        # Pad a pipelined round's drafts to draft_depth, so the verify forward has one shape
-        # whatever depth the policy picks: MLX's CUDA attention builds a graph per shape
-        # (~40 ms each), and an adaptive policy's depth mix kept meeting new (span, width)
-        # pairs (measured on an H200: MTP adaptive 1.5-3x slower per round than fixed depth
-        # at a similar depth mix). Metal and the CPU build nothing per shape: no padding.
+        # One round graph at every drafting depth where the backend pays for new ones (MLX
+        # CUDA; workers/drafting.py), with the MTP backlog's packed window rounded up as well.
         self.pad_verify = mx.default_device() == mx.gpu and mx.cuda.is_available()
         if self.pad_verify and hasattr(drafter, "pad_packed_to"):
             drafter.pad_packed_to = 8  # type: ignore[union-attr]
@@ -283,8 +281,6 @@ class Engine:
         prev = self._flight
         rows = list(self.rows)
         proposal = self._draft(None, in_flight=prev.width if prev else 0)
-        if self.pad_verify and 0 < proposal.tokens.shape[1] < self.config.draft_depth:
-            proposal = padded(proposal, self.config.draft_depth)
         last = last_tokens(self.rows, prev)
         window = self._window(last, proposal)  # [B, K+1]
         logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)
@@ -327,27 +323,10 @@ class Engine:
         )
 
     def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
-        depths = self._draft_depths(in_flight)
-        if self.drafter is None or depths.max(initial=0) == 0:
-            return empty_proposal(len(self.rows))
-        ask = depths
-        if self.pad_verify and sampling is None:
-            # The same round graph at every drafting depth (CUDA; see pad_verify): draft as deep
-            # as the rows allow, and let the verify accept no more than the policy's depth.
-            # Measured on an H200 at B=32: depth 3 with every 8th round at 2 ran 0.53-0.89x
-            # of depth 3 throughout, a changed round costing ~15-30 ms.
-            B = len(self.rows)
-            ask = row_depths(
-                self.rows, self.config.draft_depth, self.config.max_verify_tokens // B, None,
-                in_flight,
-            )  # fmt: skip
-        request = DraftRequest(histories=[r.history for r in self.rows], depths=ask)
-        if sampling is not None:
-            request.select = sampling.select  # per-row sampled drafts (and q for rejection)
-        proposal = self.drafter.propose(request)
-        if ask is not depths:
-            proposal.counts = np.minimum(proposal.counts, depths)
-        return proposal
+        return propose_round(
+            self.drafter, self.rows, self.config, self.depth_policy, sampling, in_flight,
+            self.pad_verify,
+        )  # fmt: skip
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
@@ -377,19 +356,6 @@ class Engine:
             self.model, self.cache, window, valid, self._post_norm
         )
         return logits
-
-    def _draft_depths(self, in_flight: int = 0) -> np.ndarray:
-        """[B] per-row draft depth (workers/depth_policy.py::row_depths); `in_flight` tokens
-        a row may already have emitted in a round the host has not read."""
-        B = len(self.rows)
-        cap = self.depth_policy.choose(B) if self.depth_policy is not None else None
-        return row_depths(
-            self.rows,
-            self.config.draft_depth,
-            self.config.max_verify_tokens // max(B, 1),
-            cap,
-            in_flight,
-        )
 
     # -- membership -----------------------------------------------------------------------------
     def _take_new_work(self) -> list[RequestOutput]:
@@ -440,22 +406,12 @@ class Engine:
             )
         p = self._prefill
         t0 = time.perf_counter()
-        # The cache takes every history token but the last, which the next verify consumes;
-        # a row's first `cached` tokens are already there (prefix cache hit).
-        seqs = [r.history[c:-1] for r, c in zip(p.rows, p.cached.tolist())]
-        longest = max(len(s) for s in seqs)
-        step = self.config.prefill_step_size
-        while p.done < longest:
-            h = prefill_chunk(
-                self.model, p.cache, seqs, p.done, step, self._needs_hidden, self._post_norm
-            )
-            if h is not None:
-                p.hidden.append(h)
-            p.done += step
-            if self.rows:
-                break
+        done = p.advance(
+            self.model, self.config.prefill_step_size, self._needs_hidden, self._post_norm,
+            one_chunk=bool(self.rows),
+        )  # fmt: skip
         stats.time_prefill_s = time.perf_counter() - t0
-        if p.done < longest:
+        if not done:
             return
         self._prefill = None
         stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining

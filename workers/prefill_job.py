@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from workers.forward import prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
@@ -27,6 +28,23 @@ class Prefill:
     # [n] leading history tokens each row took from the prefix cache (prefill skips them)
     cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cached_hidden: list[mx.array | None] = field(default_factory=list)  # per row [c_r, H], MTP
+
+    def advance(
+        self, model: LanguageModel, step: int, want_hidden: bool, post_norm: bool, one_chunk: bool
+    ) -> bool:
+        """Prefill the next chunk (`one_chunk`: other rows are decoding) or all that is left;
+        True once every row's uncached history but its last token is in the cache (the next
+        verify consumes that one)."""
+        seqs = [r.history[c:-1] for r, c in zip(self.rows, self.cached.tolist())]
+        longest = max(len(s) for s in seqs)
+        while self.done < longest:
+            h = prefill_chunk(model, self.cache, seqs, self.done, step, want_hidden, post_norm)
+            if h is not None:
+                self.hidden.append(h)
+            self.done += step
+            if one_chunk:
+                break
+        return self.done >= longest
 
 
 def prompt_hidden(p: Prefill) -> mx.array | None:

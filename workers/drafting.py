@@ -1,0 +1,52 @@
+"""What every row drafts this round: its depth (request, engine, policy cap, tokens left,
+verify budget) and the drafter's proposal for those depths.
+
+On a backend that builds per round graph (MLX CUDA), `same_graph` keeps every drafting round
+one graph: the drafter drafts as deep as the rows allow and only the verify's counts carry the
+policy's cap, and the drafts are padded to draft_depth. Measured on an H200 at B=32: depth 3
+with every 8th round at 2 (no policy) ran at 0.39-0.89x of depth 3 throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workers.config import EngineConfig
+from workers.depth_policy import DepthPolicy, row_depths
+from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
+from workers.rows import Row
+from workers.sampling.round import RoundSampling
+
+
+def propose_round(
+    drafter: Drafter | None,
+    rows: Sequence[Row],
+    config: EngineConfig,
+    policy: DepthPolicy | None,
+    sampling: RoundSampling | None,
+    in_flight: int = 0,
+    same_graph: bool = False,
+) -> Proposal:
+    """The round's proposal ([B, K] drafts, per-row counts). `in_flight`: tokens a row may
+    already have emitted in a round the host has not read (pipelined rounds)."""
+    B = len(rows)
+    per_row = config.max_verify_tokens // max(B, 1)
+    cap = policy.choose(B) if policy is not None else None
+    depths = row_depths(rows, config.draft_depth, per_row, cap, in_flight)  # [B]
+    if drafter is None or depths.max(initial=0) == 0:
+        return empty_proposal(B)
+    greedy_same_graph = same_graph and sampling is None
+    ask = depths
+    if greedy_same_graph and cap is not None and cap < config.draft_depth:
+        ask = row_depths(rows, config.draft_depth, per_row, None, in_flight)
+    request = DraftRequest(histories=[r.history for r in rows], depths=ask)
+    if sampling is not None:
+        request.select = sampling.select  # per-row sampled drafts (and q for rejection)
+    proposal = drafter.propose(request)
+    if ask is not depths:
+        proposal.counts = np.minimum(proposal.counts, depths)
+    if greedy_same_graph and 0 < proposal.tokens.shape[1] < config.draft_depth:
+        proposal = padded(proposal, config.draft_depth)
+    return proposal
