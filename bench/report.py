@@ -25,6 +25,17 @@ def load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def section(module: str, name: str) -> Any:
+    """A section writer from a sibling report module (bench.X as a package, X when this file
+    runs as a script with bench/ itself on sys.path)."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"bench.{module}"), name)
+    except ImportError:
+        return getattr(importlib.import_module(module), name)
+
+
 def plot_batch(data: dict, temp: str, title: str, png: str) -> str:
     rows = data["batch"][temp]
     bs = sorted(rows, key=int)
@@ -358,22 +369,12 @@ def main() -> None:
         out += scheduler_sim_section(sim)
     greal = load("gguf_real_cpu.json")
     if greal:
-        try:
-            from bench.report_gguf import gguf_real_section
-        except ImportError:  # run as a script: bench/ itself is on sys.path
-            from report_gguf import gguf_real_section  # type: ignore[no-redef]
-
         out += ["## A real GGUF checkpoint, kept quantized vs dequantized (CPU)", ""]
-        out += gguf_real_section(greal)
+        out += section("report_gguf", "gguf_real_section")(greal)
     kvq = load("kv_quant_cpu.json")
     if kvq:
-        try:
-            from bench.report_kv_quant import kv_quant_section
-        except ImportError:  # run as a script: bench/ itself is on sys.path
-            from report_kv_quant import kv_quant_section  # type: ignore[no-redef]
-
         out += ["## Quantized KV cache (kv_bits), CPU", ""]
-        out += kv_quant_section(kvq)
+        out += section("report_kv_quant", "kv_quant_section")(kvq)
     gpu = load("gpu_h200_qwen3_1b.json")
     if gpu:
         out += ["## GPU: random ~1B Qwen3 (bf16), MLX CUDA build", "",
@@ -403,11 +404,7 @@ def main() -> None:
         png = plot_lines([int(b) for b in bs], series, "batch size", "tokens/s",
                          "H200, random 1B Qwen3", "gpu_qwen3_1b.png", logx=True)  # fmt: skip
         out += ["", f"![gpu](results/{png})", ""]
-    try:
-        from bench.report_speed import speed_section
-    except ImportError:  # run as a script: bench/ itself is on sys.path
-        from report_speed import speed_section  # type: ignore[no-redef]
-    out += speed_section(
+    out += section("report_speed", "speed_section")(
         cpu, load("engine_real_cpu.json"), load("engine_default_h200.json"),
         load("gpu_h200_pipelined.json"), plot_lines,
     )  # fmt: skip
