@@ -21,8 +21,11 @@ a thin margin the policy decodes plainly, which cannot lose.
 
 Never slower than not drafting, and cheap to learn. Each bucket of batch sizes (1, 2-3, 4-7,
 8-15, ...) has its own warm-up: depth 0 first, then depths 1, 2, ... in turn (two rounds each),
-stopping as soon as no deeper depth could pay even if every draft were accepted (a round of depth k costs at least the deepest measured round below it): a draft model
-that costs more than it saves is measured for one or two rounds of depth 1, not for every depth.
+stopping as soon as no deeper depth could pay (bounds in `_deeper_cannot_pay`): a draft model
+that costs more than it saves is measured for one or two rounds of depth 1, not for every depth,
+and so is an MTP head on a compute-bound batch (2-core CPU, B=16: depth 1 costs 1.75x a plain
+round there, so depths 2 and 3 cannot pay at the 0.73 acceptance measured; probing them cost the
+demo's short batch job ~4%).
 Depths never measured are costed at least as much as the deepest measured one below them, so an
 extrapolation cannot pick them. Later, every `explore_every`-th round tries a depth in turn
 (so a bad early estimate cannot lock the choice in), but only while what exploring has cost
@@ -75,6 +78,9 @@ class DepthPolicy:
     # below it, the warm-up's probe decides.
     draft_cost_ratio: float | None = None
     hopeless_ratio: float = 1.5
+    # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
+    # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
+    min_evidence: int = 16
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
@@ -245,7 +251,18 @@ class DepthPolicy:
             return False
         c = self.acceptance()
         best = max(expected_tokens(c, j) / max(t, 1e-12) for j, t in per_row.items() if j < m)
-        return (1 + self.max_depth) / max(per_row[m], 1e-12) <= best
+        ks = np.arange(m, self.max_depth + 1)
+        if (self._tried[:m] >= self.min_evidence).all():
+            # Acceptance up to m is measured (a large batch's two rounds): bound depth k >= m by
+            # m's tokens plus every further draft accepted, over m's time plus the per-depth
+            # cost seen from 0 to m for each further step (a verify's cost grows at least
+            # linearly with its width once compute-bound, the case where drafting stops paying).
+            reach = np.cumprod(c[:m])
+            tokens = 1 + reach.sum() + (ks - m) * reach[-1]
+            seconds = per_row[m] + (ks - m) * max(0.0, (per_row[m] - per_row[0]) / m)
+        else:  # too few rows seen yet (one row's two rounds): every draft accepted
+            tokens, seconds = np.full(len(ks), 1.0 + self.max_depth), np.full(len(ks), per_row[m])
+        return bool((tokens / np.maximum(seconds, 1e-12) <= best).all())
 
     def _may_explore(self, batch_size: int, k: int) -> bool:
         """Explore depth k only while exploring's cost stays within budget, costed at the

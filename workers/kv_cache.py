@@ -313,6 +313,13 @@ class BatchCache:
         self.lengths = self.lengths - d
         self.lengths_mx = self.lengths_mx - mx.array(d.astype(np.int32))
 
+    def reset_rows(self, rows: np.ndarray) -> None:
+        """Empty the rows where `rows` [B] bool is set (drafter caches restarting a row)."""
+        if any(self.recurrent):
+            raise ValueError("recurrent layers cannot be reset; use them only in targets")
+        self.lengths = np.where(rows, 0, self.lengths)
+        self.lengths_mx = mx.where(mx.array(rows), 0, self.lengths_mx)
+
     # -- membership --------------------------------------------------------------------------
     def keep_rows(self, keep: Sequence[int]) -> None:
         """Drop every row not in `keep` (finished or aborted rows), preserving order."""

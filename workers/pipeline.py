@@ -34,6 +34,10 @@ class Flight:
     logprobs: mx.array | None  # [B, K+1]
     width: int  # K + 1: the most tokens a row can have committed
     launch_s: float = 0.0  # host seconds spent building and launching it
+    wait_s: float = 0.0  # seconds waited for it before the next launch (CPU, Engine)
+
+    def wait(self) -> None:
+        mx.eval(self.num_accepted, self.tokens, self.last)
 
     def read_back(self) -> Verdict:
         """Wait for the round and bring its outcome to the host."""

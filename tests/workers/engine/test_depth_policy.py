@@ -209,3 +209,22 @@ def test_every_batch_size_bucket_warms_up_from_plain(name):
     for bucket, ks in picks.items():
         assert ks[:2] == [0, 0], (bucket, ks[:8])
         assert ks[2] == 1 or len(ks) <= 2, (bucket, ks[:8])  # then depth 1 is measured
+
+
+def test_a_compute_bound_batch_stops_the_warm_up_where_depth_one_fails():
+    """B=16 on a compute-bound device (verify cost linear in B*W, as a 2-core CPU): depth 1
+    measures below plain at the measured acceptance, and the linear growth of cost with depth
+    rules out depths 2+ with every further draft accepted: they are not probed."""
+    B = 16
+    verify = lambda B, W: 0.004 + 0.001 * B * W  # noqa: E731
+    machine = SimulatedMachine(verify, draft_cost(0.001, 0.0005, 0.0), [0.73] * 4, seed=3)
+    assert machine.true_rate(B, 1) < machine.true_rate(B, 0)
+    policy = DepthPolicy(max_depth=4)
+    picks = [machine.round(policy, B) for _ in range(40)]
+    assert picks[:4] == [0, 0, 1, 1] and max(picks[:40]) <= 1, picks
+    # One row (two rounds tell little about acceptance): the ladder goes on as before.
+    policy, machine = (
+        DepthPolicy(max_depth=4),
+        SimulatedMachine(verify, draft_cost(0.001, 0.0005, 0.0), [0.73] * 4, seed=3),
+    )
+    assert [machine.round(policy, 1) for _ in range(6)] == [0, 0, 1, 1, 2, 2]

@@ -34,13 +34,24 @@ def setup():
     return target, fit_mtp_head(target, steps=60)
 
 
+class Eager(MTPDrafter):
+    """Runs every verify's pairs into the head at the next commit (all but the newest, which
+    the next drafting round reads its first draft from): no packed windows."""
+
+    def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super().commit(*args, **kwargs)
+        if len(self.backlog) > 1:
+            newest = self.backlog.pop()
+            self._absorb()
+            self.backlog = [newest]
+
+
 def test_packed_backlog_drafts_what_round_by_round_absorbing_drafts(setup):
     target, head = setup
     prompts = mixed_prompts(4, seed=2)
     drafts = {}
-    for max_backlog in (1, 8):  # 1: absorb at every commit (the old behaviour)
-        engine = Engine(target, drafter=MTPDrafter(target, head), max_batch_size=4, draft_depth=3)
-        engine.drafter.max_backlog = max_backlog  # type: ignore[union-attr]
+    for kind in (Eager, MTPDrafter):
+        engine = Engine(target, drafter=kind(target, head), max_batch_size=4, draft_depth=3)
         engine.depth_policy = Every(max_depth=3)
         engine.config.adaptive_depth = True
         proposals = []
@@ -54,11 +65,11 @@ def test_packed_backlog_drafts_what_round_by_round_absorbing_drafts(setup):
         engine.drafter.propose = spy  # type: ignore[union-attr,method-assign]
         outs = engine.generate(prompts, SamplingParams(max_tokens=24))
         for p, o in zip(prompts, outs):
-            assert_matches(o.tokens, reference_greedy(target, p, 24), f"backlog {max_backlog}")
-        drafts[max_backlog] = proposals
-    assert len(drafts[1]) == len(drafts[8]) >= 3
-    same = sum(np.array_equal(a, b) for a, b in zip(drafts[1], drafts[8]))
-    assert same == len(drafts[1]), f"{same}/{len(drafts[1])} proposals identical"
+            assert_matches(o.tokens, reference_greedy(target, p, 24), kind.__name__)
+        drafts[kind] = proposals
+    assert len(drafts[Eager]) == len(drafts[MTPDrafter]) >= 3
+    same = sum(np.array_equal(a, b) for a, b in zip(drafts[Eager], drafts[MTPDrafter]))
+    assert same == len(drafts[Eager]), f"{same}/{len(drafts[Eager])} proposals identical"
 
 
 def test_depth_zero_rounds_run_no_head_step(setup):
@@ -77,10 +88,65 @@ def test_depth_zero_rounds_run_no_head_step(setup):
     engine.depth_policy.period = 1000  # never drafts
     prompts = mixed_prompts(2, seed=4)
     outs = engine.generate(prompts, SamplingParams(max_tokens=40))
-    prefill_steps = steps["n"]
     rounds = len([s for s in engine.take_round_stats() if s.batch_size])
-    # Only the prompts' prefill and one packed absorb per max_backlog verifies ran the head.
-    assert prefill_steps <= 2 + rounds // drafter.max_backlog + 1, (prefill_steps, rounds)
+    # Only the prompts' prefill ran the head (one step per joining group), however many rounds
+    # went by: pairs past max_backlog verifies are dropped, not absorbed.
+    assert rounds > 2 * drafter.max_backlog and steps["n"] <= 2, (steps["n"], rounds)
     for p, o in zip(prompts, outs):
         assert_matches(o.tokens, reference_greedy(target, p, 40), "depth 0")
     mx.eval(drafter.cache.state_arrays())
+
+
+def test_rows_that_lost_pairs_restart_the_head_from_the_kept_ones(setup):
+    """After a long depth-0 stretch the head restarts each row's cache from the pairs of the
+    last max_backlog verifies (no gap in its context), and outputs stay mlx-lm's."""
+    target, head = setup
+    drafter = MTPDrafter(target, head)
+    drafter.max_backlog = 3
+    restarted = []  # head cache lengths right after each absorb that restarted rows
+    orig = drafter._absorb
+
+    def spy():  # type: ignore[no-untyped-def]
+        restart = drafter._restart.copy()
+        out = orig()
+        if restart.any():
+            mx.eval(drafter.cache.lengths_mx)
+            restarted.append((restart, np.array(drafter.cache.lengths_mx)))
+        return out
+
+    drafter._absorb = spy  # type: ignore[method-assign]
+    engine = Engine(target, drafter=drafter, max_batch_size=2, draft_depth=3, adaptive_depth=True)
+    engine.depth_policy = Every(max_depth=3)
+    engine.depth_policy.period = 8  # 7 plain verifies between drafting rounds: 4 dropped
+    prompts = mixed_prompts(2, seed=5)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=40))
+    for p, o in zip(prompts, outs):
+        assert_matches(o.tokens, reference_greedy(target, p, 40), "restarted head")
+    assert len(restarted) >= 2, restarted
+    for restart, lengths in restarted:
+        # Every row lost pairs; its cache now holds the kept pairs only: 3 verifies of one
+        # pair each (depth 0), not its prompt and earlier tokens.
+        assert restart.all() and (lengths == 3).all(), (restart, lengths)
+
+
+def test_a_joining_prompt_enters_the_head_through_its_last_pairs(setup):
+    """prompt_window bounds the head's prefill; drafts still come, outputs stay mlx-lm's."""
+    target, head = setup
+    prompts = mixed_prompts(4, seed=6, lengths=[17, 9, 33, 2])
+    drafter = MTPDrafter(target, head, prompt_window=5)
+    joined = []
+    orig = drafter.add_rows
+
+    def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
+        before = drafter.cache.num_rows
+        orig(histories, hidden)
+        joined.append(drafter.cache.lengths[before:].copy())
+
+    drafter.add_rows = spy  # type: ignore[method-assign]
+    engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=24))
+    for p, o in zip(prompts, outs):
+        assert_matches(o.tokens, reference_greedy(target, p, 24), "prompt window 5")
+    # Pairs (h_t, x_t+1) the head took per prompt: the last 5, or all a short prompt has.
+    assert sorted(np.concatenate(joined).tolist()) == [1, 5, 5, 5], joined
+    assert sum(s.num_draft_tokens for s in engine.take_round_stats()) > 0
