@@ -21,7 +21,8 @@ a thin margin the policy decodes plainly, which cannot lose.
 
 Never slower than not drafting, and cheap to learn. Each bucket of batch sizes (1, 2-3, 4-7,
 8-15, ...) has its own warm-up: depth 0 first, then depths 1, 2, ... in turn (two rounds each),
-stopping as soon as no deeper depth could pay (bounds in `_deeper_cannot_pay`): a draft model
+stopping as soon as no deeper depth could pay (bounds in `_deeper_cannot_pay`), then depth 0
+twice more (its first rounds are a process's coldest): a draft model
 that costs more than it saves is measured for one or two rounds of depth 1, not for every depth,
 and so is an MTP head on a compute-bound batch (2-core CPU, B=16: depth 1 costs 1.75x a plain
 round there, so depths 2 and 3 cannot pay at the 0.73 acceptance measured; probing them cost the
@@ -70,7 +71,7 @@ class DepthPolicy:
     decay: float = 0.995  # per-round forgetting of acceptance counts
     refresh_every: int = 8  # rounds a choice is reused for the same B (a fit costs ~0.3 ms)
     min_gain: float = 0.05  # draft only for a predicted gain over depth 0 above this
-    explore_budget: float = 0.03  # exploration may lose at most this share of the time observed
+    explore_budget: float = 0.01  # exploration may lose at most this share of the time observed
     # A draft forward's time over a target forward's (measured by the engine, when it can): at
     # 1 or more, k draft steps plus the verify cost at least k + 1 decode steps, so drafting
     # can never pay. Past `hopeless_ratio` (margin for timing noise: a draft model the size of
@@ -208,7 +209,8 @@ class DepthPolicy:
 
     def _probe(self, batch_size: int) -> int | None:
         """The warm-up of this batch size's bucket (sizes of one bit length: 1, 2-3, 4-7, ...):
-        depth 0, 0, 1, 1, 2, 2, ... until no deeper depth can pay; None once it is done.
+        depth 0, 0, 1, 1, 2, 2, ... until no deeper depth can pay, then 0, 0 again; None
+        once it is done.
 
         Per bucket, because what a depth costs depends on B (memory-bound small batches,
         compute-bound large ones) more than a linear fit over other sizes can say. Seen on the
@@ -226,6 +228,11 @@ class DepthPolicy:
                 if k >= 2 and self._deeper_cannot_pay(bucket):
                     break
                 return k
+        # Plain again, after the drafting depths: the ladder's first rounds pay one-off costs
+        # (a fresh process's first buffers, caches filling) that made plain decoding look
+        # dearer than it is, and drafting then chosen where it lost (the demo's batch job).
+        if counts.get(0, 0) < 4:
+            return 0
         self._probed.add(bucket)
         return None
 

@@ -77,9 +77,10 @@ def pick_joining(
     max_batch_size: int,
     prefix_cache: PrefixCache,
 ) -> list[Row]:
-    """Waiting rows that fit, in order. With the prefix cache on, a row whose first block
-    is not cached yet waits one prefill behind another joiner starting the same way: that
-    one's prefill fills the cache, so the rest prefill only their own tails."""
+    """Waiting rows that fit, in order, and of similar lengths (`similar_lengths`: the rest
+    wait for the next prefill). With the prefix cache on, a row whose first block is not
+    cached yet waits one prefill behind another joiner starting the same way: that one's
+    prefill fills the cache, so the rest prefill only their own tails."""
     joining: list[Row] = []
     deferred: list[Row] = []
     claimed: set[tuple[int, ...]] = set()  # uncached first blocks a joiner will fill
@@ -98,7 +99,32 @@ def pick_joining(
         used += need
         joining.append(row)
     waiting.extendleft(reversed(deferred))
-    return joining
+    group = similar_lengths(joining)
+    if len(group) < len(joining):  # the rest prefill next, as their own group
+        waiting.extendleft(reversed([r for r in joining if r not in group]))
+    return group
+
+
+# A prefill batch pads every row to its longest: a group may hold at most this many padded
+# tokens per real one, plus PAD_SLACK per row (so short prompts still batch). The 16 held-out
+# prompts of the default model (72-198 tokens) prefill in 1.38 s as one batch (49% padding)
+# and 1.04 s in three groups, or one row at a time (2-core CPU, BLIS).
+PAD_RATIO, PAD_SLACK = 1.15, 8
+
+
+def similar_lengths(rows: list[Row]) -> list[Row]:
+    """The first row (the oldest) and the rows whose lengths pad little beside it, in order."""
+    if len(rows) <= 1:
+        return rows
+    length = {id(r): len(r.history) - 1 for r in rows}
+    head = length[id(rows[0])]
+    group = [rows[0]]
+    for r in sorted(rows[1:], key=lambda r: abs(length[id(r)] - head)):
+        sizes = [length[id(x)] for x in (*group, r)]
+        if len(sizes) * max(sizes) <= PAD_RATIO * sum(sizes) + PAD_SLACK * len(sizes):
+            group.append(r)
+    chosen = {id(r) for r in group}
+    return [r for r in rows if id(r) in chosen]
 
 
 def start_prefill(

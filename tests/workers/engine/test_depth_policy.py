@@ -228,3 +228,25 @@ def test_a_compute_bound_batch_stops_the_warm_up_where_depth_one_fails():
         SimulatedMachine(verify, draft_cost(0.001, 0.0005, 0.0), [0.73] * 4, seed=3),
     )
     assert [machine.round(policy, 1) for _ in range(6)] == [0, 0, 1, 1, 2, 2]
+
+
+def test_plain_decoding_is_measured_again_after_a_cold_start():
+    """A fresh process's first rounds are slow (buffers, caches): the warm-up's first plain
+    rounds cost 1.6x here. Measured only then, plain decoding would look dearer than depth 1,
+    which loses on this compute-bound batch; the second plain measurement keeps depth 0."""
+    B = 16
+    verify = lambda B, W: 0.004 + 0.001 * B * W  # noqa: E731
+    machine = SimulatedMachine(verify, draft_cost(0.001, 0.0005, 0.0), [0.73] * 4, seed=4)
+    assert machine.true_rate(B, 1) < machine.true_rate(B, 0)
+    policy = DepthPolicy(max_depth=4, explore_every=0)
+    seen = 0
+    orig = policy.observe
+
+    def cold(counts, accepted, seconds):  # type: ignore[no-untyped-def]
+        nonlocal seen
+        seen += 1
+        orig(counts, accepted, seconds * (1.6 if seen <= 2 else 1.0))
+
+    policy.observe = cold  # type: ignore[method-assign]
+    picks = [machine.round(policy, B) for _ in range(40)]
+    assert picks[:4] == [0, 0, 1, 1] and picks[-20:] == [0] * 20, picks

@@ -1,0 +1,54 @@
+"""Joining rows prefill in groups of similar lengths: a prefill batch pads every row to its
+longest, so a 20-token prompt beside a 300-token one would compute 280 padded positions."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tiny import mixed_prompts, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams
+from workers.prefill_job import PAD_RATIO, PAD_SLACK, similar_lengths
+from workers.rows import Row
+
+
+def rows(lengths: list[int]) -> list[Row]:
+    sp = SamplingParams()
+    return [
+        Row(str(i), sp, n, list(range(n)), stop_ids=frozenset(), stop_seqs=(), max_context=4096)
+        for i, n in enumerate(lengths)
+    ]
+
+
+def test_the_oldest_row_keeps_the_rows_that_pad_little_beside_it_in_order():
+    group = similar_lengths(rows([100, 10, 105, 300, 95]))
+    assert [r.request_id for r in group] == ["0", "2", "4"]
+    sizes = [len(r.history) - 1 for r in group]
+    assert len(sizes) * max(sizes) <= PAD_RATIO * sum(sizes) + PAD_SLACK * len(sizes)
+    # Short prompts batch together thanks to the per-row slack; one row is its own group.
+    assert len(similar_lengths(rows([3, 9, 12, 5]))) == 4
+    assert [r.request_id for r in similar_lengths(rows([40]))] == ["0"]
+
+
+def test_ragged_prompts_join_in_length_groups_and_match_mlx_lm():
+    target = tiny_model("qwen3", seed=1, layers=2)
+    prompts = mixed_prompts(4, seed=9, lengths=[120, 8, 128, 10])
+    engine = Engine(target, max_batch_size=4)
+    sp = SamplingParams(max_tokens=12)
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, sp)
+    events = engine.step()  # the oldest row's group prefills first; the short ones wait a step
+    assert sorted(r.request_id for r in engine.rows) == ["0", "2"]
+    assert [r.request_id for r in engine.waiting] == ["1", "3"]
+    got: dict[str, list[int]] = {str(i): [] for i in range(4)}
+    while engine.has_work():
+        for ev in events + engine.step():
+            got[ev.request_id] += ev.new_tokens
+        events = []
+    for i, p in enumerate(prompts):
+        assert_matches(got[str(i)], reference_greedy(target, p, 12), f"row {i}")
+
+
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [1, 2, 3]])
+def test_similar_prompts_still_prefill_as_one_batch(lengths):
+    assert len(similar_lengths(rows(lengths))) == len(lengths)
