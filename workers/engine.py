@@ -412,12 +412,12 @@ class Engine:
             if not joining:
                 return
             self._prefill = start_prefill(
-                self.model, self.kv_quant, self.prefix_cache, joining, self._needs_hidden, stats
+                self.model, self.kv_quant, self.prefix_cache, joining, self._hidden_tail, stats
             )
         p = self._prefill
         t0 = time.perf_counter()
         done = p.advance(
-            self.model, self.config.prefill_step_size, self._needs_hidden, self._post_norm,
+            self.model, self.config.prefill_step_size, self._post_norm,
             one_chunk=bool(self.rows),
         )  # fmt: skip
         stats.time_prefill_s = time.perf_counter() - t0
@@ -427,15 +427,18 @@ class Engine:
         stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
         hidden = prompt_hidden(p) if self._needs_hidden else None
         for i, r in enumerate(p.rows):
-            self.prefix_cache.insert(
-                r.history[:-1], p.cache, i, None if hidden is None else hidden[i]
-            )
+            self.prefix_cache.insert(r.history[:-1], p.cache, i)
         stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
         stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
         self.cache.append(p.cache)
         if self.drafter is not None:
             self.drafter.add_rows([r.history for r in p.rows], hidden)
         self.rows.extend(p.rows)
+
+    @property
+    def _hidden_tail(self) -> int:
+        """Prompt positions whose target hidden a joining row's MTP head reads (0: none)."""
+        return int(getattr(self.drafter, "prompt_window", 0)) if self._needs_hidden else 0
 
     def _drop_finished(self) -> list[RequestOutput]:
         """Remove finished rows from the batch; returns the events they have not sent yet."""

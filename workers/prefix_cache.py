@@ -12,10 +12,9 @@ tail too, at the price of splitting stored KV arrays on every divergence.
 
 Storage: one entry per block, keys [L, H, bs, Dk] and values [L, H, bs, Dv] stacked over the
 attention layers (each a list of parts: one array, or packed weights, scales and biases for a
-quantized cache, kv_bits -- copied as stored, so a hit restores the exact quantized slots) (stacking copies, so an entry never pins the prefill cache it came from), plus
-the target's hidden states [bs, Hd] when an MTP head needs them (the head pairs h_t with
-x_{t+1} for every prompt position, so a hit must restore them too; caching them costs Hd per
-token against 2·L·H·D for the KV, and keeps MTP rows on the cache instead of cold).
+quantized cache, kv_bits -- copied as stored, so a hit restores the exact quantized slots) (stacking copies, so an entry never pins the prefill cache it came from). No
+target hidden states: an MTP head reads only a prompt's last `prompt_window` positions, which
+a lookup for it leaves to the prefill (`lookup(limit=...)`).
 
 Budget: `capacity_tokens` of cached KV, separate from the running batch's KV budget: rows own
 their slots, the cache only holds copies, so evicting never touches a running row and the cache
@@ -50,7 +49,6 @@ class _Block:
     key: tuple[int, tuple[int, ...]]  # (parent id, this block's tokens); parent 0 = the root
     keys: list[mx.array]  # parts, each [L, H, bs, *] (RaggedKVCache.key_parts)
     values: list[mx.array]  # parts, each [L, H, bs, *]
-    hidden: mx.array | None  # [bs, Hd] target hidden per position (MTP), else None
     children: set[int] = field(default_factory=set)
 
 
@@ -110,12 +108,15 @@ class PrefixCache:
     def is_cached(self, first: tuple[int, ...]) -> bool:
         return (0, first) in self._by_key
 
-    def lookup(self, tokens: Sequence[int], num_prompt: int) -> list[_Block]:
-        """The longest chain of cached full blocks that `tokens` starts with (most recently
-        used from now on). `num_prompt` tokens are counted as queried."""
+    def lookup(
+        self, tokens: Sequence[int], num_prompt: int, limit: int | None = None
+    ) -> list[_Block]:
+        """The longest chain of cached full blocks that `tokens` starts with, within its first
+        `limit` tokens (most recently used from now on). `num_prompt` tokens are counted as
+        queried."""
         if not self.enabled:
             return []
-        chain = self._walk(tokens)
+        chain = self._walk(tokens if limit is None else tokens[: max(0, limit)])
         for b in reversed(chain):  # the root ends most recent: leaves are evicted first
             self._lru.move_to_end(b.id)
         self.stats.queries += num_prompt
@@ -163,19 +164,10 @@ class PrefixCache:
         mx.eval(all_k, all_v)
         return cached
 
-    @staticmethod
-    def hidden_of(chain: Sequence[_Block]) -> mx.array | None:
-        """[n, Hd] the cached target hidden of a row's hit, or None for no hit."""
-        if not chain or chain[0].hidden is None:
-            return None
-        return mx.concatenate([b.hidden for b in chain if b.hidden is not None], axis=0)
-
     # -- insert: a finished prefill's full blocks --------------------------------------------
-    def insert(
-        self, tokens: Sequence[int], cache: BatchCache, row: int, hidden: mx.array | None = None
-    ) -> None:
+    def insert(self, tokens: Sequence[int], cache: BatchCache, row: int) -> None:
         """Cache the full blocks of `tokens` (row `row` of `cache` holds them at slots
-        [0, len(tokens))); `hidden` [>= len(tokens), Hd] is the row's target hidden (MTP)."""
+        [0, len(tokens)))."""
         if not self.enabled:
             return
         bs, parent = self.block_tokens, 0
@@ -195,7 +187,7 @@ class PrefixCache:
             if block is None:
                 if not self._make_room(pinned):
                     break
-                block = self._copy_block(key, layers, row, start, hidden)
+                block = self._copy_block(key, layers, row, start)
                 self._by_key[key] = block
                 self._lru[block.id] = block
                 if parent:
@@ -206,12 +198,11 @@ class PrefixCache:
             parent = block.id
         for bid in reversed(chain):  # the root ends most recent, as in lookup
             self._lru.move_to_end(bid)
-        mx.eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
+        mx.eval([a for b in new for a in (*b.keys, *b.values)])
 
     def _copy_block(
-        self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int,
-        hidden: mx.array | None,
-    ) -> _Block:  # fmt: skip
+        self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int
+    ) -> _Block:
         end = start + self.block_tokens
 
         # mx.stack copies: the block owns its memory, not a view of the prefill cache.
@@ -222,8 +213,7 @@ class PrefixCache:
             ]
 
         keys, values = stacked("key_parts"), stacked("value_parts")
-        h = None if hidden is None else mx.take(hidden, mx.arange(start, end), axis=0)
-        block = _Block(self._next_id, key, keys, values, h)
+        block = _Block(self._next_id, key, keys, values)
         self._next_id += 1
         return block
 

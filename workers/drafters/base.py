@@ -69,8 +69,9 @@ class Drafter(Protocol):
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
         """Rows appended at the end of the batch (their prompts, last token unverified).
 
-        hidden: [n, L, H] target hidden states of history[:-1] (right-padded), given only to
-        drafters with needs_target_hidden.
+        hidden: [n, P, H], given only to drafters with needs_target_hidden: row r's target
+        hidden at its last min(prompt_window, len - 1) prompt positions (h_t for the pairs
+        (h_t, x_{t+1}) ending at the newest token), left-aligned and right-padded.
         """
 
     def keep_rows(self, keep: Sequence[int]) -> None:
@@ -109,6 +110,8 @@ class TargetHiddenDrafter(Drafter, Protocol):
     # at 'pre_norm' and converts itself; an engine whose forwards return the post-norm hidden
     # (hidden_norm == 'post_norm') sets 'post_norm' once, before the first add_rows.
     engine_hidden: str
+    # Prompt positions whose hidden add_rows takes (the engine computes no others).
+    prompt_window: int
 
 
 @runtime_checkable

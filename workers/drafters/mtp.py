@@ -109,10 +109,10 @@ class MTPDrafter:
         n = len(histories)
         new = BatchCache([False], n)
         if hidden is not None:
-            # Pair t: (h_t, x_{t+1}) for t = 0 .. len-2; hidden holds h_0 .. h_{len-2}. Only
-            # each row's last `prompt_window` pairs enter the head.
+            # Pair t: (h_t, x_{t+1}); hidden holds each row's last min(prompt_window, len - 1)
+            # h_t, t = start .. len-2 (the Drafter protocol), so only those pairs enter the head.
             starts = [max(0, len(h) - 1 - self.prompt_window) for h in histories]
-            hidden = self._head_hidden(_rows_from(hidden, starts))
+            hidden = self._head_hidden(hidden)
             nexts = [list(h[s + 1 :]) for h, s in zip(histories, starts)]
             for start in range(0, max(len(x) for x in nexts), self.prefill_step_size):
                 windows = [x[start : start + self.prefill_step_size] for x in nexts]
@@ -298,12 +298,3 @@ def _pad_axis1(x: mx.array, width: int) -> mx.array:
     if x.shape[1] >= width:
         return x[:, :width]
     return mx.pad(x, [(0, 0), (0, width - x.shape[1]), (0, 0)])
-
-
-def _rows_from(x: mx.array, starts: list[int]) -> mx.array:
-    """x [B, P, H] with row r shifted left by starts[r] (its tail zero-padded)."""
-    if not any(starts):
-        return x
-    P = x.shape[1]
-    idx = np.minimum(np.asarray(starts)[:, None] + np.arange(P)[None], P - 1)  # [B, P]
-    return mx.take_along_axis(x, mx.array(idx.astype(np.int32))[..., None], axis=1)

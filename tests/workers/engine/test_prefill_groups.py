@@ -52,3 +52,41 @@ def test_ragged_prompts_join_in_length_groups_and_match_mlx_lm():
 @pytest.mark.parametrize("lengths", [[7, 7, 7], [1, 2, 3]])
 def test_similar_prompts_still_prefill_as_one_batch(lengths):
     assert len(similar_lengths(rows(lengths))) == len(lengths)
+
+
+def test_an_mtp_prefill_computes_hidden_for_the_heads_window_only():
+    """Positions before the head's window are prefilled without the hidden (the last layer's
+    attention and MLP never run there); the window's hidden equals a whole-prompt forward's."""
+    import mlx.core as mx
+
+    from workers.forward import prefill_chunk
+    from workers.kv_cache import BatchCache
+    from workers.mtp.hidden import target_hidden_and_logits
+    from workers.prefill_job import Prefill, prompt_hidden
+
+    target = tiny_model("qwen3", seed=2, layers=2)
+    group = rows([20, 23])
+    for r, p in zip(group, mixed_prompts(2, seed=3, lengths=[20, 23])):
+        r.history = list(p)
+    job = Prefill(group, BatchCache.for_model(target, 2), tail=4)
+    assert job.hidden_from == 15  # min over rows of (19 - 4, 22 - 4)
+    calls = []
+
+    def spy(model, cache, seqs, start, step, want, post_norm):  # type: ignore[no-untyped-def]
+        calls.append((start, step, want))
+        return prefill_chunk(model, cache, seqs, start, step, want, post_norm)
+
+    import workers.prefill_job as pj
+
+    orig, pj.prefill_chunk = pj.prefill_chunk, spy
+    try:
+        assert job.advance(target, 512, post_norm=False, one_chunk=False)
+    finally:
+        pj.prefill_chunk = orig
+    assert calls == [(0, 15, False), (15, 7, True)]
+    got = prompt_hidden(job)
+    assert got is not None and got.shape[:2] == (2, 4)
+    for i, r in enumerate(group):
+        whole, _ = target_hidden_and_logits(target, mx.array([r.history[:-1]]))
+        want = whole[0, -4:]
+        assert mx.allclose(got[i], want, atol=1e-5).item(), i
