@@ -427,7 +427,7 @@ class Engine:
         stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
         hidden = prompt_hidden(p) if self._needs_hidden else None
         for i, r in enumerate(p.rows):
-            self.prefix_cache.insert(r.history[:-1], p.cache, i)
+            self.prefix_cache.insert(r.history[:-1], p.cache, i, *p.row_hidden(i))
         stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
         stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
         self.cache.append(p.cache)

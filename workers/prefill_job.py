@@ -24,21 +24,35 @@ class Prefill:
     rows: list[Row]
     cache: BatchCache
     done: int = 0  # tokens of each row's uncached remainder already in `cache`
-    # MTP: each row's last `tail` prompt positions need the target's hidden (the head reads
-    # that many pairs); positions before `hidden_from` (of the remainder) are prefilled without,
-    # so the last layer's attention and MLP never run there (10% of the default model's prefill)
+    # MTP: each row's last `tail` prompt positions need the target's hidden (its head takes
+    # that many pairs). The prefill computes it from `align`-aligned starts (prefix-cache
+    # blocks: so a repeat of the prompt finds its window's hidden cached) and, before
+    # `hidden_from` (of the remainder), not at all: the last layer's attention and MLP never
+    # run there (10% of the default model's prefill).
     tail: int = 0
+    align: int = 1
     hidden_from: int = 0
     hidden: list[mx.array] = field(default_factory=list)  # per chunk from hidden_from [n, W, H]
     # [n] leading history tokens each row took from the prefix cache (prefill skips them)
     cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # per row: the cached hidden of its window's cached positions [c_r - window_r, H], or None
+    cached_hidden: list[mx.array | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.cached) != len(self.rows):  # no prefix cache hits given: none
             self.cached = np.zeros(len(self.rows), dtype=np.int64)
+        if len(self.cached_hidden) != len(self.rows):
+            self.cached_hidden = [None] * len(self.rows)
         if self.tail:
-            lens = [len(s) for s in self.remainders()]
-            self.hidden_from = min(n - min(self.tail, n) for n in lens)
+            self.hidden_from = int(np.maximum(self.hidden_start() - self.cached, 0).min())
+
+    def window(self) -> np.ndarray:
+        """[n] absolute position of each row's first pair hidden (the head's window)."""
+        return np.array([max(0, len(r.history) - 1 - self.tail) for r in self.rows])
+
+    def hidden_start(self) -> np.ndarray:
+        """[n] where each row's computed hidden starts: its window, block-aligned."""
+        return self.window() // self.align * self.align
 
     def remainders(self) -> list[list[int]]:
         return [r.history[c:-1] for r, c in zip(self.rows, self.cached.tolist())]
@@ -62,21 +76,37 @@ class Prefill:
                 break
         return self.done >= longest
 
+    def row_hidden(self, i: int) -> tuple[mx.array | None, int]:
+        """Row i's computed hidden [m, H] and the absolute position of its first entry."""
+        if not self.hidden:
+            return None, 0
+        n = len(self.rows[i].history) - 1 - int(self.cached[i])  # the row's remainder
+        h = mx.concatenate(self.hidden, axis=1)[i, : max(0, n - self.hidden_from)]
+        return h, int(self.cached[i]) + self.hidden_from
+
 
 def prompt_hidden(p: Prefill) -> mx.array | None:
-    """[n, P, H] each row's target hidden at its last min(tail, remainder) prompt positions
-    (the pairs its MTP head takes), left-aligned and right-padded; None without any."""
-    if not p.hidden:
+    """[n, P, H] each row's target hidden at its window (its last min(tail, len - 1) prompt
+    positions, the pairs its MTP head takes): cached part, then computed; left-aligned and
+    right-padded. None without any."""
+    if not p.tail:
         return None
-    computed = mx.concatenate(p.hidden, axis=1)  # remainder positions hidden_from ..
-    lens = np.array([len(s) for s in p.remainders()], dtype=np.int64)
-    take = np.minimum(p.tail, lens)
-    width = int(take.max(initial=0))
-    if width == 0:
+    parts = []
+    for i, w in enumerate(p.window().tolist()):
+        h, start = p.row_hidden(i)  # absolute positions start ..
+        row = [x for x in (p.cached_hidden[i],) if x is not None]  # positions w .. c
+        if h is not None:
+            row.append(h[max(0, w - start) :])
+        parts.append(mx.concatenate(row, axis=0) if row else None)
+    some = next((x for x in parts if x is not None and x.shape[0]), None)
+    if some is None:
         return None
-    start = lens - take - p.hidden_from  # [n] each row's first wanted column of `computed`
-    idx = np.minimum(start[:, None] + np.arange(width)[None], computed.shape[1] - 1)
-    return mx.take_along_axis(computed, mx.array(idx.astype(np.int32))[..., None], axis=1)
+    width = max(x.shape[0] for x in parts if x is not None)
+    return mx.stack([
+        mx.zeros((width, some.shape[1]), some.dtype) if x is None
+        else mx.pad(x, [(0, width - x.shape[0]), (0, 0)])
+        for x in parts
+    ])  # fmt: skip
 
 
 def pick_joining(
@@ -146,14 +176,16 @@ def start_prefill(
     stats: RoundStats,
 ) -> Prefill:
     """A prefill cache for the joining rows, holding whatever prefix of each prompt the
-    prefix cache has (copied, no forward over it). With an MTP `tail`, a hit stops short of a
-    prompt's last `tail` positions: the prefill computes their hidden."""
+    prefix cache has (copied, no forward over it). With an MTP `tail`, a hit reaches into a
+    prompt's window only through blocks that carry their hidden (the prefill computes the
+    rest)."""
     cache = BatchCache.for_model(model, len(joining), quant)
+    align = prefix_cache.block_tokens if prefix_cache.enabled else 1
+    job = Prefill(joining, cache, tail=tail, align=align)
+    starts = job.hidden_start().tolist() if tail else [None] * len(joining)
     chains = [
-        prefix_cache.lookup(
-            r.history[:-1], r.prompt_len, len(r.history) - 1 - tail if tail else None
-        )
-        for r in joining
+        prefix_cache.lookup(r.history[:-1], r.prompt_len, hidden_from=h)
+        for r, h in zip(joining, starts)
     ]
     cached = prefix_cache.fill(cache, chains)
     for r, c in zip(joining, cached.tolist()):
@@ -161,4 +193,8 @@ def start_prefill(
     counts = prefix_cache.take_stats()
     stats.num_prefix_queried_tokens, stats.num_prefix_hit_tokens = counts.queries, counts.hits
     stats.num_prefix_evicted_tokens = counts.evicted
-    return Prefill(joining, cache, tail=tail, cached=cached)
+    hidden = [
+        prefix_cache.hidden_of(chain, w) if tail else None
+        for chain, w in zip(chains, job.window().tolist())
+    ]
+    return Prefill(joining, cache, tail=tail, align=align, cached=cached, cached_hidden=hidden)

@@ -12,9 +12,10 @@ tail too, at the price of splitting stored KV arrays on every divergence.
 
 Storage: one entry per block, keys [L, H, bs, Dk] and values [L, H, bs, Dv] stacked over the
 attention layers (each a list of parts: one array, or packed weights, scales and biases for a
-quantized cache, kv_bits -- copied as stored, so a hit restores the exact quantized slots) (stacking copies, so an entry never pins the prefill cache it came from). No
-target hidden states: an MTP head reads only a prompt's last `prompt_window` positions, which
-a lookup for it leaves to the prefill (`lookup(limit=...)`).
+quantized cache, kv_bits -- copied as stored, so a hit restores the exact quantized slots) (stacking copies, so an entry never pins the prefill cache it came from),
+plus, where the prefill computed them, the target's hidden states [bs, Hd]: an MTP head reads a
+prompt's last `prompt_window` positions, so a hit for it reaches into that window only through
+blocks that carry them (a repeated prompt: its window's blocks were computed with them).
 
 Budget: `capacity_tokens` of cached KV, separate from the running batch's KV budget: rows own
 their slots, the cache only holds copies, so evicting never touches a running row and the cache
@@ -49,6 +50,7 @@ class _Block:
     key: tuple[int, tuple[int, ...]]  # (parent id, this block's tokens); parent 0 = the root
     keys: list[mx.array]  # parts, each [L, H, bs, *] (RaggedKVCache.key_parts)
     values: list[mx.array]  # parts, each [L, H, bs, *]
+    hidden: mx.array | None = None  # [bs, Hd] target hidden (MTP), where the prefill had it
     children: set[int] = field(default_factory=set)
 
 
@@ -109,14 +111,18 @@ class PrefixCache:
         return (0, first) in self._by_key
 
     def lookup(
-        self, tokens: Sequence[int], num_prompt: int, limit: int | None = None
+        self, tokens: Sequence[int], num_prompt: int, hidden_from: int | None = None
     ) -> list[_Block]:
-        """The longest chain of cached full blocks that `tokens` starts with, within its first
-        `limit` tokens (most recently used from now on). `num_prompt` tokens are counted as
-        queried."""
+        """The longest chain of cached full blocks that `tokens` starts with (most recently
+        used from now on); with `hidden_from`, blocks past that position must carry their
+        hidden (MTP). `num_prompt` tokens are counted as queried."""
         if not self.enabled:
             return []
-        chain = self._walk(tokens if limit is None else tokens[: max(0, limit)])
+        chain = self._walk(tokens)
+        if hidden_from is not None:
+            bs = self.block_tokens
+            ok = [(i + 1) * bs <= hidden_from or b.hidden is not None for i, b in enumerate(chain)]
+            chain = chain[: ok.index(False)] if False in ok else chain
         for b in reversed(chain):  # the root ends most recent: leaves are evicted first
             self._lru.move_to_end(b.id)
         self.stats.queries += num_prompt
@@ -164,10 +170,30 @@ class PrefixCache:
         mx.eval(all_k, all_v)
         return cached
 
+    def hidden_of(self, chain: Sequence[_Block], start: int) -> mx.array | None:
+        """[n - start, Hd] the cached hidden of positions [start, n) of a hit of n tokens
+        (`lookup` with hidden_from <= start guarantees those blocks carry it); None if empty."""
+        bs = self.block_tokens
+        first = start // bs
+        if first >= len(chain):
+            return None
+        hidden = [b.hidden for b in chain[first:]]
+        if any(h is None for h in hidden):
+            raise ValueError("hidden_of: a block past `start` has no hidden; look it up with it")
+        return mx.concatenate(hidden, axis=0)[start - first * bs :]  # type: ignore[arg-type]
+
     # -- insert: a finished prefill's full blocks --------------------------------------------
-    def insert(self, tokens: Sequence[int], cache: BatchCache, row: int) -> None:
+    def insert(
+        self,
+        tokens: Sequence[int],
+        cache: BatchCache,
+        row: int,
+        hidden: mx.array | None = None,
+        hidden_start: int = 0,
+    ) -> None:
         """Cache the full blocks of `tokens` (row `row` of `cache` holds them at slots
-        [0, len(tokens)))."""
+        [0, len(tokens))); `hidden` [m, Hd] is the row's target hidden at positions
+        [hidden_start, hidden_start + m) (MTP): blocks it covers whole keep theirs."""
         if not self.enabled:
             return
         bs, parent = self.block_tokens, 0
@@ -184,10 +210,20 @@ class PrefixCache:
         for start in range(0, len(tokens) - bs + 1, bs):
             key = (parent, tuple(tokens[start : start + bs]))
             block = self._by_key.get(key)
+            h = None
+            if (
+                hidden is not None
+                and hidden_start <= start
+                and start + bs <= hidden_start + len(hidden)
+            ):
+                h = hidden[start - hidden_start : start + bs - hidden_start]
+            if block is not None and block.hidden is None and h is not None:
+                block.hidden = mx.array(h)  # a copy: never pins the prefill's arrays
+                new.append(block)
             if block is None:
                 if not self._make_room(pinned):
                     break
-                block = self._copy_block(key, layers, row, start)
+                block = self._copy_block(key, layers, row, start, h)
                 self._by_key[key] = block
                 self._lru[block.id] = block
                 if parent:
@@ -198,11 +234,12 @@ class PrefixCache:
             parent = block.id
         for bid in reversed(chain):  # the root ends most recent, as in lookup
             self._lru.move_to_end(bid)
-        mx.eval([a for b in new for a in (*b.keys, *b.values)])
+        mx.eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
 
     def _copy_block(
-        self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int
-    ) -> _Block:
+        self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int,
+        hidden: mx.array | None,
+    ) -> _Block:  # fmt: skip
         end = start + self.block_tokens
 
         # mx.stack copies: the block owns its memory, not a view of the prefill cache.
@@ -213,7 +250,8 @@ class PrefixCache:
             ]
 
         keys, values = stacked("key_parts"), stacked("value_parts")
-        block = _Block(self._next_id, key, keys, values)
+        h = None if hidden is None else mx.array(hidden)  # a copy, as the KV above
+        block = _Block(self._next_id, key, keys, values, h)
         self._next_id += 1
         return block
 

@@ -27,16 +27,18 @@ def _other(n: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, VOCAB, size=n).tolist()
 
 
-# (name, prompt, tokens cached once BASE ran): the cache holds BASE[:48] as 6 blocks.
-# An MTP row's hit stops short of its head's prompt window (the prefill computes the window's
-# hidden states): with WINDOW = 4, a prompt of n tokens takes at most (n - 1 - 4) // 8 blocks.
+# (name, prompt, tokens cached once BASE ran, the same for an MTP row): the cache holds
+# BASE[:48] as 6 blocks. An MTP row's hit reaches into its head's window (its last WINDOW
+# prompt positions, from the block that window starts in) only through blocks holding their
+# hidden states: BASE's prefill computed them for its own window's block, [40, 48).
 WINDOW = 4
 FOLLOWERS = [
-    ("block_boundary", BASE[:32] + _other(9, 1), 32),
-    ("mid_block", BASE[:28] + _other(11, 2), 24),
-    ("whole_prompt", list(BASE), 48),  # history[:-1] is all cached: nothing to prefill
-    ("one_past", BASE + _other(1, 3), 48),
-    ("unrelated", _other(30, 4), 0),
+    ("block_boundary", BASE[:32] + _other(9, 1), 32, 32),
+    ("mid_block", BASE[:28] + _other(11, 2), 24, 24),
+    ("whole_prompt", list(BASE), 48, 48),  # history[:-1] is all cached: nothing to prefill
+    ("one_past", BASE + _other(1, 3), 48, 48),
+    ("window_cut", BASE[:40] + _other(3, 5), 40, 32),  # window from 38: block [32, 40) has none
+    ("unrelated", _other(30, 4), 0, 0),
 ]
 
 
@@ -47,7 +49,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def refs(target):
-    prompts = [BASE] + [p for _, p, _ in FOLLOWERS]
+    prompts = [BASE] + [f[1] for f in FOLLOWERS]
     return {tuple(p): reference_greedy(target, p, MAX_TOKENS) for p in prompts}
 
 
@@ -77,12 +79,6 @@ def _engine(target, drafter, cache_tokens: int, **kw) -> Engine:
     )
 
 
-def _want(prompt: list[int], cached: int, drafter: str) -> int:
-    if drafter != "mtp":
-        return cached
-    return min(cached, (len(prompt) - 1 - WINDOW) // BS * BS)
-
-
 @pytest.mark.parametrize("drafter", ["none", "ngram", "model", "mtp"])
 def test_shared_prefixes_match_reference_and_uncached(target, refs, mtp_head, drafter):
     sp = SamplingParams(max_tokens=MAX_TOKENS)
@@ -90,32 +86,30 @@ def test_shared_prefixes_match_reference_and_uncached(target, refs, mtp_head, dr
     for cache_tokens in (0, 4096):
         engine = _engine(target, _drafter(drafter, target, mtp_head), cache_tokens)
         first = engine.generate([BASE], sp)
-        rest = engine.generate([p for _, p, _ in FOLLOWERS], sp)
+        rest = engine.generate([f[1] for f in FOLLOWERS], sp)
         results[cache_tokens] = first + rest
         stats = engine.take_round_stats()
         if cache_tokens:
             assert first[0].num_cached_tokens == 0
-            wants = [_want(p, w, drafter) for _, p, w in FOLLOWERS]
+            wants = [w_mtp if drafter == "mtp" else w for _, _, w, w_mtp in FOLLOWERS]
             for (name, *_), want, out in zip(FOLLOWERS, wants, rest):
                 assert out.num_cached_tokens == want, name
             hits = sum(s.num_prefix_hit_tokens for s in stats)
             assert hits == sum(wants)
-            if drafter == "mtp":
-                assert wants != [w for *_, w in FOLLOWERS]  # the window did cut some hits
             assert sum(s.num_prefix_queried_tokens for s in stats) == sum(
-                len(p) for p in [BASE] + [p for _, p, _ in FOLLOWERS]
+                len(p) for p in [BASE] + [f[1] for f in FOLLOWERS]
             )
         else:
             assert all(o.num_cached_tokens == 0 for o in results[0])
-    prompts = [BASE] + [p for _, p, _ in FOLLOWERS]
+    prompts = [BASE] + [f[1] for f in FOLLOWERS]
     for i, prompt in enumerate(prompts):
         for cache_tokens, outs in results.items():
             assert_matches(
                 outs[i].tokens, refs[tuple(prompt)], f"{drafter} cache={cache_tokens} {i}"
             )
         if drafter == "mtp":
-            # Drafts read the window's hidden states, computed after the hit as in a cold
-            # prefill: they propose the same tokens, so the accept counts match too.
+            # Drafts read the window's hidden states, restored from the cache or computed after
+            # the hit: they propose what a cold prefill's do, so the accept counts match too.
             assert results[4096][i].num_accepted_tokens == results[0][i].num_accepted_tokens
 
 
@@ -210,7 +204,7 @@ def test_coupled_seeded_sampling_is_token_identical(target):
     for cache_tokens in (0, 4096):
         engine = _engine(target, NgramDrafter(), cache_tokens)
         engine.generate([BASE], SamplingParams(max_tokens=4))
-        outs[cache_tokens] = engine.generate([p for _, p, _ in FOLLOWERS], sp)
+        outs[cache_tokens] = engine.generate([f[1] for f in FOLLOWERS], sp)
     assert [o.tokens for o in outs[0]] == [o.tokens for o in outs[4096]]
     assert sum(o.num_cached_tokens for o in outs[4096]) > 0
 
