@@ -1,0 +1,64 @@
+"""Adaptive vs fixed depth on a GPU, with exploration on and off (MTP head, default model).
+
+    python -m bench.adaptive_cuda_probe [--batch-sizes 8,32] [--repeats 2] [--out F]
+
+On MLX's CUDA backend a round whose shape differs from the last one costs a graph build
+(~15-30 ms on an H200), so every switch of depth is paid: this measures what the depth
+policy's exploration rounds cost there, interleaved so that host noise hits every variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+from workers import Engine, SamplingParams
+from workers.stream_speed import heldout_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch-sizes", default="8,32")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default="bench/out/adaptive_cuda_probe.json")
+    args = ap.parse_args()
+    prompts = heldout_prompts(args.prompts)
+    sp = SamplingParams(max_tokens=64)
+    rows: dict[str, dict[str, list[float]]] = {}
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+
+        def make(adaptive: bool, explore: bool = True, B: int = B) -> Engine:
+            e = Engine.load(None, drafter="mtp", max_batch_size=B, draft_depth=3,
+                            adaptive_depth=adaptive)  # fmt: skip
+            if e.depth_policy is not None and not explore:
+                e.depth_policy.explore_every = 0
+            return e
+
+        engines = {
+            "fixed": make(False),
+            "adaptive": make(True),
+            "adaptive_no_explore": make(True, False),
+        }
+        for e in engines.values():
+            e.generate(prompts[:B], sp)  # warm-up: kernels and the policy's first buckets
+        rates: dict[str, list[float]] = {k: [] for k in engines}
+        for _ in range(args.repeats):
+            for name, e in engines.items():
+                t0 = time.perf_counter()
+                outs = e.generate(prompts, sp)
+                rates[name].append(sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0))
+        rows[str(B)] = rates
+        print(B, {k: [round(x) for x in v] for k, v in rates.items()}, flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(
+        json.dumps({"device": str(mx.default_device()), "rows": rows}, indent=1)
+    )
+
+
+if __name__ == "__main__":
+    main()

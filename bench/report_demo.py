@@ -1,0 +1,49 @@
+"""RESULTS.md section: the demo's batch job in one process (bench/adaptive_batch.py) and the
+demo itself in two trees (bench/demo_ab.py), from their JSON in bench/results/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _ratios(data: dict[str, Any]) -> dict[str, list[float]]:
+    plain = [r["seconds"] for r in data["runs"]["plain"]]
+    return {k: [p / r["seconds"] for p, r in zip(plain, v)] for k, v in data["runs"].items()}
+
+
+def demo_section() -> list[str]:
+    out: list[str] = []
+    batch = sorted(RESULTS.glob("adaptive_batch_cpu*.json"))
+    if batch:
+        out += ["## The demo's batch job in one process (CPU)", "",
+                "`python -m bench.adaptive_batch`: 32 held-out prompts through one engine of 16 "
+                "slots, serving defaults, each job timed end to end (prefill included); repeat 1 "
+                "has a cold prefix cache, repeat 2 a warm one. Ratio = plain seconds ÷ seconds.",
+                "", "| file | MTP adaptive ÷ plain | MTP depth 1 ÷ plain |", "|---|---|---|"]  # fmt: skip
+        for path in batch:
+            r = _ratios(json.loads(path.read_text()))
+            out.append(
+                f"| {path.stem} | {' / '.join(f'{x:.2f}' for x in r['mtp_adaptive'])} | "
+                f"{' / '.join(f'{x:.2f}' for x in r['mtp_depth1'])} |"
+            )
+        out.append("")
+    demos = sorted((RESULTS / "before_after").glob("demo_cpu_*_vs_*.json"))
+    if demos:
+        out += ["## `./run demo`, two trees alternating (CPU)", "",
+                "`python -m bench.demo_ab`: each row one demo run; single stream and batch job "
+                "are the demo's own lines (MTP ÷ no drafter, and the tokens/s of each).", "",
+                "| file | tree | single stream | batch job | batch MTP / plain tokens/s |",
+                "|---|---|---|---|---|"]  # fmt: skip
+        for path in demos:
+            for run in json.loads(path.read_text())["runs"]:
+                out.append(
+                    f"| {path.stem} | {run['tree']} | {run['single_stream']:.2f}x | "
+                    f"{run['batch_job']:.2f}x | {run['batch_mtp_tok_s']:.0f} / "
+                    f"{run['batch_plain_tok_s']:.0f} |"
+                )
+        out.append("")
+    return out
