@@ -40,12 +40,13 @@ def main() -> None:
             return e
 
         engines = {
+            "plain": Engine.load(None, max_batch_size=B),
             "fixed": make(False),
             "adaptive": make(True),
             "adaptive_no_explore": make(True, False),
         }
         for e in engines.values():
-            e.generate(prompts[:B], sp)  # warm-up: kernels and the policy's first buckets
+            e.generate(prompts, sp)  # warm-up: graphs of every shape, the policy's buckets
         rates: dict[str, list[float]] = {k: [] for k in engines}
         for _ in range(args.repeats):
             for name, e in engines.items():
