@@ -5,6 +5,7 @@
 On MLX's CUDA backend a round whose shape differs from the last one costs a graph build
 (~15-30 ms on an H200), so every switch of depth is paid: this measures what the depth
 policy's exploration rounds cost there, interleaved so that host noise hits every variant.
+`held_at_depth_0` keeps the MTP head but never drafts: what MTP's bookkeeping alone costs.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ def main() -> None:
     rows: dict[str, dict[str, list[float]]] = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
 
-        def make(adaptive: bool, explore: bool = True, B: int = B) -> Engine:
+        def make(
+            adaptive: bool, explore: bool = True, plain_only: bool = False, B: int = B
+        ) -> Engine:
             e = Engine.load(None, drafter="mtp", max_batch_size=B, draft_depth=3,
                             adaptive_depth=adaptive)  # fmt: skip
             if e.depth_policy is not None and not explore:
                 e.depth_policy.explore_every = 0
+            if e.depth_policy is not None and plain_only:  # the head kept, never drafting
+                e.depth_policy.choose = lambda batch_size: 0  # type: ignore[method-assign]
             return e
 
         engines = {
@@ -44,6 +49,7 @@ def main() -> None:
             "fixed": make(False),
             "adaptive": make(True),
             "adaptive_no_explore": make(True, False),
+            "held_at_depth_0": make(True, plain_only=True),
         }
         for e in engines.values():
             e.generate(prompts, sp)  # warm-up: graphs of every shape, the policy's buckets
