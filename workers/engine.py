@@ -407,7 +407,7 @@ class Engine:
         if self._prefill is None:
             joining = pick_joining(
                 self.waiting, self.rows, self._reserve, self.kv_budget,
-                self.config.max_batch_size, self.prefix_cache,
+                self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
             )  # fmt: skip
             if not joining:
                 return

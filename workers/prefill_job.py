@@ -116,9 +116,10 @@ def pick_joining(
     kv_budget: int,
     max_batch_size: int,
     prefix_cache: PrefixCache,
+    group_lengths: bool = True,
 ) -> list[Row]:
-    """Waiting rows that fit, in order, and of similar lengths (`similar_lengths`: the rest
-    wait for the next prefill). With the prefix cache on, a row whose first block is not
+    """Waiting rows that fit, in order, and with `group_lengths` of similar lengths
+    (`similar_lengths`: the rest wait for the next prefill). With the prefix cache on, a row whose first block is not
     cached yet waits one prefill behind another joiner starting the same way: that one's
     prefill fills the cache, so the rest prefill only their own tails."""
     joining: list[Row] = []
@@ -139,7 +140,7 @@ def pick_joining(
         used += need
         joining.append(row)
     waiting.extendleft(reversed(deferred))
-    group = similar_lengths(joining)
+    group = similar_lengths(joining) if group_lengths else joining
     if len(group) < len(joining):  # the rest prefill next, as their own group
         waiting.extendleft(reversed([r for r in joining if r not in group]))
     return group
@@ -148,7 +149,9 @@ def pick_joining(
 # A prefill batch pads every row to its longest: a group may hold at most this many padded
 # tokens per real one, plus PAD_SLACK per row (so short prompts still batch). The 16 held-out
 # prompts of the default model (72-198 tokens) prefill in 1.38 s as one batch (49% padding)
-# and 1.04 s in three groups, or one row at a time (2-core CPU, BLIS).
+# and 1.04 s in three groups, or one row at a time (2-core CPU, BLIS). Not on MLX's CUDA
+# backend (Engine.pad_verify), where padding is cheap and every further prefill forward is a
+# new graph: there whole jobs ran 10-20% slower with groups (H200, bench/prefill_groups.py).
 PAD_RATIO, PAD_SLACK = 1.15, 8
 
 

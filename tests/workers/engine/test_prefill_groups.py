@@ -90,3 +90,16 @@ def test_an_mtp_prefill_computes_hidden_for_the_heads_window_only():
         whole, _ = target_hidden_and_logits(target, mx.array([r.history[:-1]]))
         want = whole[0, -4:]
         assert mx.allclose(got[i], want, atol=1e-5).item(), i
+
+
+def test_a_backend_that_builds_a_graph_per_shape_prefills_joiners_as_one_batch():
+    """On MLX CUDA (pad_verify) every further prefill forward is a new graph and padding is
+    cheap: all joiners that fit prefill together, as before grouping."""
+    target = tiny_model("qwen3", seed=1, layers=2)
+    engine = Engine(target, max_batch_size=4)
+    engine.pad_verify = True
+    sp = SamplingParams(max_tokens=4)
+    for i, p in enumerate(mixed_prompts(4, seed=9, lengths=[120, 8, 128, 10])):
+        engine.add_request(str(i), p, sp)
+    engine.step()
+    assert sorted(r.request_id for r in engine.rows) == ["0", "1", "2", "3"]
