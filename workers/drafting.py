@@ -13,11 +13,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from workers.backend import Backend
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy, row_depths
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
+
+
+def attach_drafter(
+    drafter: Drafter | None, model: object, config: EngineConfig, backend: Backend
+) -> tuple[bool, bool, DepthPolicy | None]:
+    """Set the drafter up for this engine: (needs the target's hidden, hands it post-norm,
+    the depth policy or None)."""
+    needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
+    # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
+    post_norm = needs_hidden and getattr(drafter, "hidden_norm", "") == "post_norm"
+    if post_norm:
+        drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
+    if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
+        drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    if drafter is None or not config.adaptive_depth:
+        return needs_hidden, post_norm, None
+    policy = DepthPolicy(config.draft_depth)
+    cost_ratio = getattr(drafter, "cost_ratio", None)
+    if cost_ratio is not None:
+        # A draft model clearly slower than the target can never pay: no probing needed.
+        policy.draft_cost_ratio = cost_ratio(model)
+    return needs_hidden, post_norm, policy
 
 
 def propose_round(

@@ -24,10 +24,10 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
-from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, Proposal
-from workers.drafting import propose_round
+from workers.drafting import attach_drafter, propose_round
 from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
@@ -87,34 +87,15 @@ class Engine:
             self.config.prefix_block_tokens,
             self.cache.recurrent,
         )
-        self._needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
-        # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
-        self._post_norm = self._needs_hidden and getattr(drafter, "hidden_norm", "") == "post_norm"
-        if self._post_norm:
-            drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
-        self.depth_policy = (
-            DepthPolicy(self.config.draft_depth)
-            if drafter is not None and self.config.adaptive_depth
-            else None
+        backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
+        self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
+        self._wait_before_launch = backend.computes_in_launch
+        self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
+            drafter, model, self.config, backend
         )
-        cost_ratio = getattr(drafter, "cost_ratio", None)
-        if self.depth_policy is not None and cost_ratio is not None:
-            # A draft model clearly slower than the target can never pay: no probing needed.
-            self.depth_policy.draft_cost_ratio = cost_ratio(model)
         self._verify_hidden: mx.array | None = None
         self._flight: Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
-        # One round graph at every drafting depth where the backend pays for new ones (MLX
-        # CUDA; workers/drafting.py), with the MTP backlog's packed window rounded up as well.
-        self.pad_verify = mx.default_device() == mx.gpu and mx.cuda.is_available()
-        # MLX's CPU backend computes most of a round inside its launch (its task queue admits
-        # few ops ahead), so a launch also finishes the round before it: charged to the new
-        # round, that tail made plain rounds after drafting ones look 15% dearer to the depth
-        # policy (2-core CPU, B=16), which then drafted where plain decoding was faster. On the
-        # CPU the engine waits for round N-1 before launching N; little overlap is lost there.
-        self._wait_before_launch = mx.default_device() == mx.cpu
-        if self.pad_verify and hasattr(drafter, "pad_packed_to"):
-            drafter.pad_packed_to = 8  # type: ignore[union-attr]
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()

@@ -80,8 +80,10 @@ class Prefill:
         """Row i's computed hidden [m, H] and the absolute position of its first entry."""
         if not self.hidden:
             return None, 0
+        if len(self.hidden) > 1:  # once for all rows: prompt_hidden and the inserts read it
+            self.hidden = [mx.concatenate(self.hidden, axis=1)]
         n = len(self.rows[i].history) - 1 - int(self.cached[i])  # the row's remainder
-        h = mx.concatenate(self.hidden, axis=1)[i, : max(0, n - self.hidden_from)]
+        h = self.hidden[0][i, : max(0, n - self.hidden_from)]
         return h, int(self.cached[i]) + self.hidden_from
 
 
@@ -149,9 +151,8 @@ def pick_joining(
 # A prefill batch pads every row to its longest: a group may hold at most this many padded
 # tokens per real one, plus PAD_SLACK per row (so short prompts still batch). The 16 held-out
 # prompts of the default model (72-198 tokens) prefill in 1.38 s as one batch (49% padding)
-# and 1.04 s in three groups, or one row at a time (2-core CPU, BLIS). Not on MLX's CUDA
-# backend (Engine.pad_verify), where padding is cheap and every further prefill forward is a
-# new graph: there whole jobs ran 10-20% slower with groups (H200, bench/prefill_groups.py).
+# and 1.04 s in three groups, or one row at a time (2-core CPU, BLIS). Not where each new
+# shape is a graph build (workers/backend.py).
 PAD_RATIO, PAD_SLACK = 1.15, 8
 
 

@@ -77,7 +77,7 @@ class MTPDrafter:
         self._restart = np.zeros(0, dtype=bool)  # [B] head cache misses dropped pairs
         # Round a packed backlog window up to a multiple of this: its width is the sum of the
         # widths waiting, so each new mix is a new head-step shape (the engine sets 8 where
-        # shapes cost a build, CUDA; see Engine.pad_verify).
+        # shapes cost a build, CUDA; see workers/backend.py).
         self.pad_packed_to = 1
         self.ready = np.zeros(0, dtype=bool)
         self._chained = np.zeros(0, dtype=np.int64)

@@ -1,0 +1,30 @@
+"""What the MLX backend this engine runs on charges for, decided once per engine.
+
+- `builds_per_shape` (MLX CUDA): a round or prefill whose shapes differ from the last ones
+  costs a graph build (~15-40 ms on an H200), and padding is cheap. So every drafting round
+  is one graph (drafts padded to draft_depth, workers/drafting.py; the MTP backlog's packed
+  window rounded up to 8), and joiners prefill as one padded batch (whole jobs ran 10-20%
+  slower in length groups there, bench/prefill_groups.py).
+- `computes_in_launch` (the CPU): MLX's CPU queue admits ~10 ops ahead, so launching round N
+  computes most of it and finishes round N-1's tail. The engine waits for N-1 before launching
+  N so each round's time is its own: charged to N, that tail made plain rounds after drafting
+  ones look 15% dearer to the depth policy (2-core CPU, B=16), which then drafted where plain
+  decoding was faster. Little overlap is lost: the launch blocks anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class Backend:
+    builds_per_shape: bool
+    computes_in_launch: bool
+
+    @classmethod
+    def current(cls) -> Backend:
+        gpu = mx.default_device() == mx.gpu
+        return cls(builds_per_shape=gpu and mx.cuda.is_available(), computes_in_launch=not gpu)
