@@ -11,12 +11,8 @@ policy's exploration rounds cost there, interleaved so that host noise hits ever
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
-import mlx.core as mx
-
+from bench.jobs import job_rate, write_rows
 from workers import Engine, SamplingParams
 from workers.stream_speed import heldout_prompts
 
@@ -56,15 +52,10 @@ def main() -> None:
         rates: dict[str, list[float]] = {k: [] for k in engines}
         for _ in range(args.repeats):
             for name, e in engines.items():
-                t0 = time.perf_counter()
-                outs = e.generate(prompts, sp)
-                rates[name].append(sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0))
+                rates[name].append(job_rate(e, prompts, sp))
         rows[str(B)] = rates
         print(B, {k: [round(x) for x in v] for k, v in rates.items()}, flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(
-        json.dumps({"device": str(mx.default_device()), "rows": rows}, indent=1)
-    )
+    write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

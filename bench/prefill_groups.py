@@ -11,13 +11,9 @@ grouping on and off (PAD_RATIO huge), interleaved.
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
-
-import mlx.core as mx
 
 import workers.prefill_job as prefill_job
+from bench.jobs import job_rate, write_rows
 from workers import Engine, SamplingParams
 from workers.stream_speed import heldout_prompts
 
@@ -47,17 +43,11 @@ def main() -> None:
             for ratio, tag in ((grouped, "grouped"), (1e9, "one_batch")):
                 prefill_job.PAD_RATIO = ratio
                 for name, e in engines.items():
-                    t0 = time.perf_counter()
-                    outs = e.generate(prompts, sp)
-                    rate = sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0)
-                    rates.setdefault(f"{name}_{tag}", []).append(rate)
+                    rates.setdefault(f"{name}_{tag}", []).append(job_rate(e, prompts, sp))
         prefill_job.PAD_RATIO = grouped
         rows[str(B)] = rates
         print(B, {k: [round(x) for x in v] for k, v in rates.items()}, flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(
-        json.dumps({"device": str(mx.default_device()), "rows": rows}, indent=1)
-    )
+    write_rows(args.out, rows)
 
 
 if __name__ == "__main__":
