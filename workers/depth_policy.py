@@ -204,6 +204,15 @@ class DepthPolicy:
         self._chosen[batch_size] = (self._rounds, best)
         return best
 
+    def settled_plain(self, batch_size: int) -> bool:
+        """This batch size's warm-up is done and drafting does not pay there: what a drafter
+        would prepare for rows joining such a batch (an MTP head's prompt pairs) goes unused.
+        Asks without choosing (no exploration is spent)."""
+        if int(batch_size).bit_length() not in self._probed:
+            return False
+        rates = self._rates(batch_size)
+        return bool(rates.max() < (1 + self.min_gain) * rates[0])
+
     def _rates(self, batch_size: int) -> np.ndarray:
         """[max_depth + 1] predicted tokens per second of each depth."""
         c, costs = self.acceptance(), self.round_costs(batch_size)

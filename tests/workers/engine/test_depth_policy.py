@@ -263,3 +263,17 @@ def test_a_gain_within_the_measurement_error_keeps_plain_decoding():
     picks = [machine.round(policy, 16) for _ in range(200)]
     assert 1.04 < machine.true_rate(16, 1) / machine.true_rate(16, 0) < 1.10
     assert picks[-100:] == [0] * 100, picks
+
+
+def test_settled_plain_only_after_the_warm_up_and_only_where_drafting_does_not_pay():
+    """The engine skips what a joiner's drafter would only need for drafting (an MTP head's
+    prompt pairs) where the policy has settled on plain decoding; never before the batch
+    size's warm-up has measured it, and never where drafting pays."""
+    for name, B, want in (("cpu-bad-drafts", 8, True), ("gpu-like", 8, False)):
+        machine = SimulatedMachine(*MACHINES[name])
+        policy = DepthPolicy(max_depth=4)
+        assert not policy.settled_plain(B)  # nothing measured yet
+        for _ in range(40):
+            machine.round(policy, B)
+        assert policy.settled_plain(B) is want, name
+        assert not policy.settled_plain(1)  # a batch size never warmed up

@@ -260,3 +260,43 @@ def test_padded_verify_windows_keep_every_depth_lossless():
     # The head drafts 4 deep every drafting round (one graph), the verify counts the cap only.
     assert asked.count(4) >= len(asked) // 2, asked  # near max_tokens rows allow fewer
     assert len({s.num_draft_tokens // max(s.num_drafts, 1) for s in stats if s.num_drafts}) >= 3
+
+
+class ConstantPolicy(AlternatingPolicy):
+    def choose(self, batch_size: int) -> int:
+        return self.max_depth
+
+
+def test_rounds_of_one_shape_overlap_and_a_change_of_shape_waits(monkeypatch):
+    """On the CPU launching round N+1 computes N's tail. Waiting for N before every launch
+    keeps each round's time its own but loses the overlap of building N+1 with N's tail (the
+    MTP head at B=1 on the CPU: 13.3 ms rounds with the wait, ~10.5 ms without); between
+    rounds of one shape the carried tails cancel, so only a change of depth or batch waits."""
+    from bench.forced_drafter import DeviceForcedDrafter
+    from workers.pipeline import Flight
+
+    waits = []
+    real_wait = Flight.wait
+    monkeypatch.setattr(Flight, "wait", lambda self: (waits.append(1), real_wait(self))[1])
+    target = tiny_model("llama", seed=7)
+    prompts = mixed_prompts(1, seed=3)
+    sp = SamplingParams(max_tokens=40, ignore_eos=True)
+    refs = {tuple(p): o.tokens for p, o in zip(prompts, Engine(target).generate(prompts, sp))}
+    seen = {}
+    for name, policy_cls in (("constant", ConstantPolicy), ("alternating", AlternatingPolicy)):
+        drafter = DeviceForcedDrafter(refs, VOCAB)
+        engine = Engine(
+            target, drafter=drafter, max_batch_size=1, draft_depth=3, adaptive_depth=True
+        )
+        if not engine._wait_before_launch:
+            pytest.skip("this backend does not compute while launching (not the CPU)")
+        policy = engine.depth_policy = policy_cls(max_depth=3)
+        waits.clear()
+        outs = engine.generate(prompts, sp)
+        assert [o.tokens for o in outs] == [refs[tuple(p)] for p in prompts]
+        seen[name] = (len(waits), len(policy.seen))
+    waited, rounds = seen["constant"]
+    # Depth 3 throughout; only the last rounds, capped by max_tokens, change shape.
+    assert rounds >= 8 and waited <= 3, seen
+    waited, rounds = seen["alternating"]
+    assert waited >= rounds - 2, seen  # every change of depth waits for the round in flight
