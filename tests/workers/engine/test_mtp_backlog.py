@@ -150,3 +150,56 @@ def test_a_joining_prompt_enters_the_head_through_its_last_pairs(setup):
     # Pairs (h_t, x_t+1) the head took per prompt: the last 5, or all a short prompt has.
     assert sorted(np.concatenate(joined).tolist()) == [1, 5, 5, 5], joined
     assert sum(s.num_draft_tokens for s in engine.take_round_stats()) > 0
+
+
+class SettledPlainFor(Every):
+    """Plain decoding settled for batches of `plain_from` rows or more; drafts every round
+    below (the policy's own warm-up is tested in test_depth_policy.py)."""
+
+    plain_from = 3
+
+    def choose(self, batch_size: int) -> int:
+        return 0 if batch_size >= self.plain_from else self.max_depth
+
+    def settled_plain(self, batch_size: int) -> bool:
+        return batch_size >= self.plain_from
+
+
+def test_rows_joining_a_settled_plain_batch_skip_the_heads_prompt_pairs(setup):
+    """Where the policy has settled on plain decoding, a joiner's prompt pairs would go unused:
+    the prefill computes no window hidden and the head takes no pairs (on the 2-core CPU they
+    made MTP's prefill 7-12% dearer at B=16). Rows that join a drafting batch still take them,
+    and a skipped row that drafts later (the batch shrank) starts from its verifies' pairs."""
+    target, head = setup
+    prompts = mixed_prompts(4, seed=7, lengths=[12, 20, 9, 15])
+    drafter = MTPDrafter(target, head, prompt_window=8)
+    joined = []
+    orig = drafter.add_rows
+
+    def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
+        joined.append((len(histories), hidden is not None))
+        orig(histories, hidden)
+
+    drafter.add_rows = spy  # type: ignore[method-assign]
+    engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3, adaptive_depth=True)
+    engine.depth_policy = SettledPlainFor(max_depth=3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (40, 8, 8, 8)]
+    outs = engine.generate(prompts, params)
+    for p, o, sp in zip(prompts, outs, params):
+        assert_matches(o.tokens, reference_greedy(target, p, sp.max_tokens), "settled plain")
+    assert joined and all(not with_hidden for n, with_hidden in joined), joined
+    # The long row drafts once the short ones left (B=1 drafts), from its verifies' pairs.
+    assert sum(s.num_draft_tokens for s in engine.take_round_stats()) > 0
+    two = SettledPlainFor(max_depth=3)
+    two.plain_from = 5  # never settled at these sizes: every joiner takes its pairs
+    engine = Engine(target, drafter=MTPDrafter(target, head), max_batch_size=4, draft_depth=3)
+    engine.config.adaptive_depth = True
+    engine.depth_policy = two
+    seen = []
+    real = engine.drafter.add_rows  # type: ignore[union-attr]
+    engine.drafter.add_rows = lambda h, hidden=None: (
+        seen.append(hidden is not None),
+        real(h, hidden),
+    )  # type: ignore[union-attr]
+    engine.generate(prompts, params)
+    assert seen and all(seen), seen
