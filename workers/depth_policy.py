@@ -86,6 +86,10 @@ class DepthPolicy:
     # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
     # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
     min_evidence: int = 16
+    # Where every drafting round is the deepest round's graph (MLX CUDA: drafts padded to
+    # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
+    # draft less: only 0 and max are probed, explored and chosen.
+    extremes_only: bool = False
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
@@ -98,6 +102,10 @@ class DepthPolicy:
     _probed: set = field(default_factory=set)  # batch-size buckets whose warm-up is done
     _time_total: float = 0.0  # seconds of every round observed
     _explore_loss: float = 0.0  # predicted seconds exploration has cost over the best depth
+    _last_k: int = -1  # the last round's depth
+    # Seconds a round that changes depth costs over its shape's median (a backend that builds
+    # a graph per shape rebuilds it: ~15-30 ms on an H200), recent switches only.
+    _switch: deque = field(default_factory=lambda: deque(maxlen=16))
     _explored_at: int = -1  # round whose exploration cost is already counted
 
     def __post_init__(self) -> None:
@@ -119,6 +127,11 @@ class DepthPolicy:
         self._rounds += 1
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
+        if k != self._last_k and self._last_k >= 0 and self._count.get((B, k), 0) >= 2:
+            typical = [t for b, j, t in self._rows if (b, j) == (B, k)]
+            if typical:
+                self._switch.append(max(0.0, step_time_s - float(np.median(typical))))
+        self._last_k = k
         self._first[(B, k)] = min(step_time_s, self._first.get((B, k), float("inf")))
         self._count[(B, k)] = self._count.get((B, k), 0) + 1
         self._worst[(B, k)] = max(step_time_s, self._worst.get((B, k), 0.0))
@@ -184,21 +197,21 @@ class DepthPolicy:
     def choose(self, batch_size: int) -> int:
         """The depth cap for the next round of `batch_size` rows (the same answer if asked
         twice before the round is observed)."""
-        D = self.max_depth
         if self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio:
             return 0
         k = self._probe(batch_size)
         if k is not None:
             return k
         if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
-            k = (self._rounds // self.explore_every) % (D + 1)
+            ks = self.depths()
+            k = ks[(self._rounds // self.explore_every) % len(ks)]
             if self._explored_at == self._rounds or self._may_explore(batch_size, k):
                 return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
         rates = self._rates(batch_size)
-        best = int(np.argmax(rates))
+        best = max(self.depths(), key=lambda j: rates[j])
         if rates[best] < (1 + self.min_gain) * rates[0]:
             best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
@@ -210,8 +223,16 @@ class DepthPolicy:
         Asks without choosing (no exploration is spent)."""
         if int(batch_size).bit_length() not in self._probed:
             return False
-        rates = self._rates(batch_size)
+        rates = self._rates(batch_size)[self.depths()]
         return bool(rates.max() < (1 + self.min_gain) * rates[0])
+
+    def depths(self) -> list[int]:
+        """The depths worth measuring and choosing (see `extremes_only`)."""
+        return [0, self.max_depth] if self.extremes_only else list(range(self.max_depth + 1))
+
+    def switch_cost(self) -> float:
+        """Seconds a change of depth costs beyond its round (median of recent switches)."""
+        return float(np.median(self._switch)) if len(self._switch) >= 2 else 0.0
 
     def _rates(self, batch_size: int) -> np.ndarray:
         """[max_depth + 1] predicted tokens per second of each depth."""
@@ -236,7 +257,7 @@ class DepthPolicy:
         if bucket in self._probed:
             return None
         counts = self._bucket_counts(bucket)
-        for k in range(self.max_depth + 1):
+        for k in self.depths():
             if counts.get(k, 0) < 2:
                 if k >= 2 and self._deeper_cannot_pay(bucket):
                     break
@@ -294,7 +315,10 @@ class DepthPolicy:
             (t for (b, j), t in self._worst.items() if b == batch_size and j > 0), default=0.0
         )
         cost = self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
-        loss = max(0.0, cost - expected_tokens(self.acceptance(), k) / max(rates.max(), 1e-9))
+        best = max(rates[self.depths()].max(), 1e-9)
+        loss = max(0.0, cost - expected_tokens(self.acceptance(), k) / best)
+        if k != self._chosen.get(batch_size, (0, 0))[1]:
+            loss += 2 * self.switch_cost()  # there and back
         if self._explore_loss + loss > self.explore_budget * self._time_total:
             return False
         self._explore_loss += loss

@@ -35,7 +35,7 @@ def attach_drafter(
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return needs_hidden, post_norm, None
-    policy = DepthPolicy(config.draft_depth)
+    policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:
         # A draft model clearly slower than the target can never pay: no probing needed.

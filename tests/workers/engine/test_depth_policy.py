@@ -277,3 +277,54 @@ def test_settled_plain_only_after_the_warm_up_and_only_where_drafting_does_not_p
             machine.round(policy, B)
         assert policy.settled_plain(B) is want, name
         assert not policy.settled_plain(1)  # a batch size never warmed up
+
+
+class SwitchingMachine(SimulatedMachine):
+    """A machine where a round whose depth differs from the last one's costs `penalty` more
+    (MLX CUDA rebuilding the round's graph: ~15-30 ms on an H200)."""
+
+    def __init__(self, *args, penalty=0.0, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.penalty, self.last, self.changes, self.tokens, self.seconds = penalty, None, 0, 0, 0.0
+
+    def round(self, policy, B):
+        k = policy.choose(B)
+        hits = self.rng.random((B, k)) < self.accept[:k]
+        accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(B, dtype=int)
+        step = (self.draft(B, k) + self.verify(B, k + 1) + self.other(B)) * self.rng.normal(1, 0.03)
+        if self.last is not None and k != self.last:
+            step += self.penalty
+            self.changes += 1
+        self.last = k
+        self.tokens += int(B + accepted.sum())
+        self.seconds += step
+        policy.observe(np.full(B, k), accepted, step)
+        return k
+
+
+def test_where_every_drafting_round_is_one_graph_only_plain_and_max_depth_are_used():
+    """On MLX CUDA drafts are padded to draft_depth, so depth 1 costs what depth 4 costs:
+    probing, exploring or choosing a depth in between only drafts less for the same time."""
+    machine = SwitchingMachine(*MACHINES["gpu-like"])
+    policy = DepthPolicy(max_depth=4, extremes_only=True)
+    chosen = [machine.round(policy, 8) for _ in range(400)]
+    assert set(chosen) == {0, 4}, sorted(set(chosen))
+    assert chosen[-50:].count(4) >= 45  # drafting pays on this machine
+    assert not DepthPolicy(max_depth=4).extremes_only  # elsewhere every depth is measured
+
+
+def test_exploring_another_depth_is_charged_the_switches_it_costs():
+    """A change of depth that rebuilds the round's graph costs ~3 rounds here; exploring one
+    costs two such changes (there and back) on top of its own rounds, so the policy explores
+    far less than where switching is free, and emits more tokens per second for it."""
+    runs = {}
+    for priced in (True, False):
+        machine = SwitchingMachine(*MACHINES["gpu-like"], penalty=0.03, seed=1)
+        policy = DepthPolicy(max_depth=4, extremes_only=True)
+        if not priced:
+            policy.switch_cost = lambda: 0.0  # type: ignore[method-assign]
+        for _ in range(600):
+            machine.round(policy, 8)
+        runs[priced] = (machine.changes, machine.tokens / machine.seconds)
+    assert runs[True][0] <= 5 and runs[False][0] >= 10, runs
+    assert runs[True][1] > 1.02 * runs[False][1], runs
