@@ -106,6 +106,8 @@ class DepthPolicy:
     # Seconds a round that changes depth costs over its shape's median (a backend that builds
     # a graph per shape rebuilds it: ~15-30 ms on an H200), recent switches only.
     _switch: deque = field(default_factory=lambda: deque(maxlen=16))
+    # Seconds a shape's first round cost over its second (a graph build on MLX CUDA).
+    _build: deque = field(default_factory=lambda: deque(maxlen=16))
     _explored_at: int = -1  # round whose exploration cost is already counted
 
     def __post_init__(self) -> None:
@@ -136,6 +138,8 @@ class DepthPolicy:
         self._count[(B, k)] = self._count.get((B, k), 0) + 1
         self._worst[(B, k)] = max(step_time_s, self._worst.get((B, k), 0.0))
         if (B, k) in self._seen:
+            if self._count[(B, k)] == 2:  # the shape's second round: what its first cost more
+                self._build.append(max(0.0, self._worst[(B, k)] - step_time_s))
             self._rows.append((B, k, step_time_s))
         else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
             self._seen.add((B, k))
@@ -230,6 +234,10 @@ class DepthPolicy:
         """The depths worth measuring and choosing (see `extremes_only`)."""
         return [0, self.max_depth] if self.extremes_only else list(range(self.max_depth + 1))
 
+    def build_cost(self) -> float:
+        """Seconds a shape's first round costs beyond its second (median of recent shapes)."""
+        return float(np.median(self._build)) if len(self._build) >= 2 else 0.0
+
     def switch_cost(self) -> float:
         """Seconds a change of depth costs beyond its round (median of recent switches)."""
         return float(np.median(self._switch)) if len(self._switch) >= 2 else 0.0
@@ -317,6 +325,8 @@ class DepthPolicy:
         cost = self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
         best = max(rates[self.depths()].max(), 1e-9)
         loss = max(0.0, cost - expected_tokens(self.acceptance(), k) / best)
+        if (batch_size, k) not in self._seen:
+            loss += self.build_cost()  # a shape never run: its first round builds it
         if k != self._chosen.get(batch_size, (0, 0))[1]:
             loss += 2 * self.switch_cost()  # there and back
         if self._explore_loss + loss > self.explore_budget * self._time_total:

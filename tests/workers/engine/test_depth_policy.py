@@ -328,3 +328,30 @@ def test_exploring_another_depth_is_charged_the_switches_it_costs():
         runs[priced] = (machine.changes, machine.tokens / machine.seconds)
     assert runs[True][0] <= 5 and runs[False][0] >= 10, runs
     assert runs[True][1] > 1.02 * runs[False][1], runs
+
+
+def test_exploring_a_shape_never_run_is_charged_its_build():
+    """A batch draining from 32 rows to 1 meets a new batch size every few rounds; on MLX
+    CUDA each new (rows, depth) shape's first round builds its graph (~30 ms here). Exploring
+    the other depth at a new size pays that build, measured from shapes' first rounds: priced
+    so, the policy builds fewer shapes and emits more tokens per second."""
+    runs = {}
+    for priced in (True, False):
+        machine = SimulatedMachine(*MACHINES["gpu-like"], jit=0.03)
+        policy = DepthPolicy(max_depth=4, extremes_only=True)
+        if not priced:
+            policy.build_cost = lambda: 0.0  # type: ignore[method-assign]
+        tokens, seconds = 0, 0.0
+        for i in range(640):
+            B = max(1, 32 - i // 20)
+            k = policy.choose(B)
+            hits = machine.rng.random((B, k)) < machine.accept[:k]
+            accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(B, dtype=int)
+            step = machine.draft(B, k) + machine.verify(B, k + 1) + machine.other(B)
+            step += 0.0 if (B, k) in machine.built else machine.jit
+            machine.built.add((B, k))
+            policy.observe(np.full(B, k), accepted, step)
+            tokens, seconds = tokens + B + int(accepted.sum()), seconds + step
+        runs[priced] = (len(machine.built), tokens / seconds)
+    assert runs[True][0] <= 44 < 48 <= runs[False][0], runs
+    assert runs[True][1] > 1.02 * runs[False][1], runs
