@@ -67,7 +67,10 @@ def prefill_chunk(
     post-norm with post_norm).
     """
     windows = [s[start : start + step_size] for s in sequences]
-    tokens, valid = pad_windows(windows)
+    # Where each new shape is a graph build (MLX CUDA: cache.span > 1), the chunk's width
+    # rounds up like attention spans, so prompts of similar lengths share a prefill graph.
+    longest = max((len(w) for w in windows), default=0)
+    tokens, valid = pad_windows(windows, -(-longest // cache.span) * cache.span)
     hidden = None
     if want_hidden:
         h, _ = forward_window_hidden(model, cache, tokens, valid, post_norm)

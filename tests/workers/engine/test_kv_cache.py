@@ -101,3 +101,32 @@ def test_attention_reads_exactly_the_slots_in_use_unless_shapes_cost_builds(monk
         spans[builds] = (cache.window_end(1), keys.shape[2])
     assert spans[False] == (141, 141), spans
     assert spans[True] == (2 * kv_cache.SPAN, 2 * kv_cache.SPAN), spans
+
+
+def test_where_shapes_cost_builds_prefill_widths_round_up_and_outputs_do_not_change(monkeypatch):
+    """On MLX CUDA a prefill chunk's width rounds up to the attention span (prompts of similar
+    lengths share a graph); the padding is after each row's tokens, never committed, and the
+    engine's greedy outputs stay mlx-lm's."""
+    from tests.tiny import reference_greedy
+    from tests.workers.engine.test_parity import assert_matches
+    from workers import Engine, SamplingParams
+    from workers.backend import Backend
+
+    model = tiny_model("qwen3", seed=5)
+    prompts = mixed_prompts(3, seed=4, lengths=[5, 37, 130])
+    monkeypatch.setattr(Backend, "current", classmethod(lambda cls: cls(True, False)))
+    widths = []
+    real = pad_windows
+
+    def spy(windows, width=1):  # type: ignore[no-untyped-def]
+        out = real(windows, width)
+        widths.append(out[0].shape[1])
+        return out
+
+    monkeypatch.setattr("workers.forward.pad_windows", spy)
+    cache = BatchCache.for_model(model, 3)
+    prefill(model, cache, prompts, step_size=512)
+    assert widths == [256] and cache.lengths.tolist() == [5, 37, 130], widths
+    outs = Engine(model, max_batch_size=3).generate(prompts, SamplingParams(max_tokens=12))
+    for p, o in zip(prompts, outs):
+        assert_matches(o.tokens, reference_greedy(model, p, 12), "padded prefill")
