@@ -207,9 +207,13 @@ class DepthPolicy:
         if k is not None:
             return k
         if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
-            ks = self.depths()
-            k = ks[(self._rounds // self.explore_every) % len(ks)]
-            if self._explored_at == self._rounds or self._may_explore(batch_size, k):
+            # Every depth in turn, each every (max_depth + 1) * explore_every rounds; with
+            # extremes_only the depths between are skipped, not replaced (exploring plain
+            # decoding is a graph switch there, no more often than before).
+            k = (self._rounds // self.explore_every) % (self.max_depth + 1)
+            if k in self.depths() and (
+                self._explored_at == self._rounds or self._may_explore(batch_size, k)
+            ):
                 return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
