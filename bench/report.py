@@ -409,6 +409,7 @@ def main() -> None:
         load("gpu_h200_pipelined.json"), plot_lines,
     )  # fmt: skip
     out += section("report_demo", "demo_section")()
+    out += section("report_demo", "stream_bound_section")()
     gdef = load("engine_default_h200.json")
     if gdef:
         out += ["## GPU: embedded default model (H200)", ""]

@@ -22,7 +22,7 @@ def demo_section() -> list[str]:
         out += ["## The demo's batch job in one process (CPU)", "",
                 "`python -m bench.adaptive_batch`: 32 held-out prompts through one engine of 16 "
                 "slots, serving defaults, each job timed end to end (prefill included); repeat 1 "
-                "has a cold prefix cache, repeat 2 a warm one. Ratio = plain seconds ÷ seconds.",
+                "has a cold prefix cache, later repeats a warm one. Ratio = plain seconds ÷ seconds.",
                 "", "| file | MTP adaptive ÷ plain | MTP depth 1 ÷ plain |", "|---|---|---|"]  # fmt: skip
         for path in batch:
             r = _ratios(json.loads(path.read_text()))
@@ -47,3 +47,28 @@ def demo_section() -> list[str]:
                 )
         out.append("")
     return out
+
+
+def stream_bound_section() -> list[str]:
+    """The single-stream ceiling (bench/stream_bound.py) beside the engine's speedup."""
+    path = RESULTS / "stream_bound_cpu.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    out = ["## Single-stream ceiling of the default model's MTP head (CPU)", "",
+           "`python -m bench.stream_bound`: one request at a time, "
+           f"{d['prompts']} held-out prompts, {d['max_tokens']} new tokens. "
+           f"A synced 1-token step of mlx-lm's own forward takes {d['step_ms']:.2f} ms, a head "
+           f"step {d['head_step_ms']:.2f} ms; the engine's plain step {d['plain_engine_step_ms']:.2f}"
+           f" ms; prefill is {d['prefill_share_plain']:.0%} of plain decoding's time. Ceiling = "
+           "tokens per round × step ÷ (verify + depth × head step): the decode speedup of an "
+           "engine with no overhead at all.", "",
+           "| depth | verify ÷ step | tokens/round | ceiling | engine, decode | engine, end to end |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in d["depths"]:
+        out.append(
+            f"| {r['depth']} | {r['verify_over_step']:.2f} | {r['tokens_per_round']:.2f} | "
+            f"{r['ceiling']:.2f}x | {r['engine_decode_speedup']:.2f}x | "
+            f"{r['engine_end_to_end_speedup']:.2f}x |"
+        )
+    return out + [""]
