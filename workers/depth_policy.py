@@ -31,7 +31,10 @@ Depths never measured are costed at least as much as the deepest measured one be
 extrapolation cannot pick them. Later, every `explore_every`-th round tries a depth in turn
 (so a bad early estimate cannot lock the choice in), but only while what exploring has cost
 (its predicted time over the best depth's for the same tokens) stays within `explore_budget`
-of all the time observed.
+of all the time observed; an exploration is also charged what it makes the backend do, measured
+here: the build of a (batch, depth) shape never run (a shape's first round over its second) and
+two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H200). Where every
+drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
 Pure numpy: the engine feeds it and obeys it.
 """
 
@@ -208,8 +211,8 @@ class DepthPolicy:
             return k
         if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
             # Every depth in turn, each every (max_depth + 1) * explore_every rounds; with
-            # extremes_only the depths between are skipped, not replaced (exploring plain
-            # decoding is a graph switch there, no more often than before).
+            # extremes_only the depths between are skipped, not replaced, so plain decoding
+            # (a graph switch there) is explored no more often than with every depth.
             k = (self._rounds // self.explore_every) % (self.max_depth + 1)
             if k in self.depths() and (
                 self._explored_at == self._rounds or self._may_explore(batch_size, k)
