@@ -308,7 +308,11 @@ class BatchCache:
 
     def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
         """Narrow the host's upper bounds to `bounds` [B] where `rows` [B] bool is set."""
-        self.lengths = np.where(rows, np.minimum(self.lengths, bounds), self.lengths)
+        # A masked assignment, not np.where: inside the engine's round np.where on these [B]
+        # arrays took 115-135 us per call (1.7 us alone), a masked assignment 1-13 us.
+        lengths = self.lengths.copy()
+        lengths[rows] = np.minimum(lengths[rows], np.asarray(bounds)[rows])
+        self.lengths = lengths
 
     def rollback(self, num_drop: Sequence[int] | np.ndarray) -> None:
         """Forget the last num_drop[r] committed tokens of each row (drafter caches)."""

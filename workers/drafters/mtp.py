@@ -148,7 +148,7 @@ class MTPDrafter:
         """Chain the head K steps for every row, all on the device (no host sync): the
         proposal's tokens stay a lazy [B, K] array that the verify forward consumes."""
         self.histories = list(request.histories)
-        depths = np.where(self.ready, np.asarray(request.depths, dtype=np.int64), 0)
+        depths = np.asarray(request.depths, dtype=np.int64) * self.ready  # 0 where not ready
         B, K = len(depths), int(depths.max(initial=0))
         if K == 0:
             return empty_proposal(B)  # the pairs wait in the backlog for a drafting round
