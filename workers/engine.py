@@ -281,7 +281,10 @@ class Engine:
         self.cache.commit_lazy(num_accepted + 1, window.shape[1])
         if self.drafter is not None and self._device_drafter:
             self.drafter.commit(num_accepted, self._verify_hidden, tokens)
-        new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
+        if window.shape[1] == 1:  # a plain round: its one token is the newest
+            new_last = tokens[:, 0]
+        else:
+            new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
         flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
         mx.async_eval(num_accepted, tokens, new_last, *([logprobs] if want_logprobs else []))

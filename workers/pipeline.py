@@ -52,6 +52,12 @@ class Flight:
 
 def last_tokens(rows: list[Row], prev: Flight | None) -> mx.array:
     """[B] each row's newest token: from the round in flight, or the host's history."""
+    if (
+        prev is not None
+        and len(prev.rows) == len(rows)
+        and all(a is b for a, b in zip(prev.rows, rows))
+    ):
+        return prev.last  # the same rows in the same order: no gather, no host array
     host = mx.array(np.array([r.history[-1] for r in rows], dtype=np.int32))
     if prev is None:
         return host

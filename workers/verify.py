@@ -29,6 +29,9 @@ def verify_greedy(logits: mx.array, proposal: Proposal, want_logprobs: bool = Fa
 
 def greedy_outcome(logits: mx.array, proposal: Proposal) -> tuple[mx.array, mx.array]:
     """The greedy verdict as lazy device arrays: (num_accepted [B], emitted tokens [B, K+1])."""
+    if proposal.tokens.shape[1] == 0:  # a plain round: the target's argmax is all there is
+        B = logits.shape[0]  # (each op is a dispatch the CPU backend pays ~10-20 us for)
+        return mx.zeros((B,), dtype=mx.int32), mx.argmax(logits, axis=-1).astype(mx.int32)
     draft = proposal.device_tokens()  # [B, K]
     counts = mx.array(np.asarray(proposal.counts).astype(np.int32))  # [B]
     target = mx.argmax(logits, axis=-1).astype(mx.int32)  # [B, K+1]
