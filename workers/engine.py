@@ -27,13 +27,13 @@ import numpy as np
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
-from workers.drafting import attach_drafter, propose_round
+from workers.drafting import attach_drafter, joining_tail, propose_round
 from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
-from workers.pipeline import Flight, last_tokens
+from workers.pipeline import Flight, last_tokens, settle_before
 from workers.prefill_job import Prefill, pick_joining, prompt_hidden, start_prefill
 from workers.prefix_cache import PrefixCache
 from workers.row_factory import RowFactory
@@ -93,7 +93,7 @@ class Engine:
             drafter, model, self.config, backend
         )
         # Only where a depth policy reads each round's time, and only when a round's shape
-        # changes (see _settle_flight): each wait costs the overlap of building a round with
+        # changes (pipeline.settle_before): each wait costs the overlap of building a round with
         # the last one's tail (6% of a plain engine at B=1 on the CPU).
         self._wait_before_launch = backend.computes_in_launch and self.depth_policy is not None
         self._verify_hidden: mx.array | None = None
@@ -271,7 +271,8 @@ class Engine:
         prev = self._flight
         rows = list(self.rows)
         proposal = self._draft(None, in_flight=prev.width if prev else 0)
-        self._settle_flight(prev, proposal.counts)
+        if self._wait_before_launch:
+            settle_before(prev, proposal.counts)
         last = last_tokens(self.rows, prev)
         window = self._window(last, proposal)  # [B, K+1]
         logits = self._forward(window, np.asarray(proposal.counts, dtype=np.int64) + 1)
@@ -289,22 +290,6 @@ class Engine:
                          window.shape[1])  # fmt: skip
         mx.async_eval(num_accepted, tokens, new_last, *([logprobs] if want_logprobs else []))
         return flight
-
-    def _settle_flight(self, prev: Flight | None, counts: np.ndarray) -> None:
-        """On the CPU, finish the round in flight before launching one of another shape.
-
-        The CPU computes while launching: launching round N+1 runs N's tail (~100 dispatches
-        ahead of the host), which the policy would charge to N+1. Between rounds of one shape
-        the carried tails cancel out, so only a change of batch or depth waits, and each
-        round's time stays its own (an A/B on the depth-3 MTP head at B=1: rounds of 13.3 ms
-        with a wait before every launch, against ~10.5 ms without)."""
-        if not self._wait_before_launch or prev is None:
-            return
-        if len(counts) == len(prev.counts) and np.array_equal(counts, prev.counts):
-            return
-        t = time.perf_counter()
-        prev.wait()
-        prev.wait_s = time.perf_counter() - t
 
     def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:
         """Read a launched round back (waits for it) and emit its tokens."""
@@ -411,7 +396,9 @@ class Engine:
             )  # fmt: skip
             if not joining:
                 return
-            tail = self._hidden_tail(len(self.rows) + len(joining))
+            tail = joining_tail(
+                self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
+            )
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
@@ -435,19 +422,6 @@ class Engine:
         if self.drafter is not None:
             self.drafter.add_rows([r.history for r in p.rows], hidden)
         self.rows.extend(p.rows)
-
-    def _hidden_tail(self, batch_size: int) -> int:
-        """Prompt positions whose target hidden a joining row's MTP head reads (0: none).
-
-        None where the depth policy has settled on plain decoding for the batch the rows join:
-        the head would not read them (on the 2-core CPU at B=16 the hidden and the head's
-        prompt pairs made MTP's prefill 7-12% dearer than a plain one). If drafting resumes,
-        such a row's head starts from the pairs of its verifies (drafters/mtp.py)."""
-        if not self._needs_hidden:
-            return 0
-        if self.depth_policy is not None and self.depth_policy.settled_plain(batch_size):
-            return 0
-        return int(getattr(self.drafter, "prompt_window", 0))
 
     def _drop_finished(self) -> list[RequestOutput]:
         """Remove finished rows from the batch; returns the events they have not sent yet."""
