@@ -35,7 +35,10 @@ of all the time observed; an exploration is also charged what it makes the backe
 here: the build of a (batch, depth) shape never run (a shape's first round over its second) and
 two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H200). Where every
 drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
-Pure numpy: the engine feeds it and obeys it.
+A serving engine runs every bucket's warm-up before traffic, on synthetic prompts
+(workers/warm_up.py, `end_warm_up`); live costs are then read against it scaled by the drift of
+plain rounds since (`_cells`), and a predicted gain must also clear the medians' error
+(`_margin`). Pure numpy: the engine feeds it and obeys it.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class DepthPolicy:
     # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
     # draft less: only 0 and max are probed, explored and chosen.
     extremes_only: bool = False
+    # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
+    forced: int | None = None
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
@@ -112,6 +117,8 @@ class DepthPolicy:
     # Seconds a shape's first round cost over its second (a graph build on MLX CUDA).
     _build: deque = field(default_factory=lambda: deque(maxlen=16))
     _explored_at: int = -1  # round whose exploration cost is already counted
+    _warm: dict = field(default_factory=dict)  # (B, k) -> the warm-up's median seconds
+    _warm_error: dict = field(default_factory=dict)  # (B, k) -> that median's relative error
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -172,7 +179,7 @@ class DepthPolicy:
         A shape measured at least once (its first round aside) costs its median; the others
         come from one least-squares fit over those medians, made once for all depths.
         """
-        cells = self._cell_medians()  # {(B, k): median seconds}: robust to one-off spikes
+        cells = self._cells()  # {(B, k): median seconds}: robust to one-off spikes
         depths = np.arange(self.max_depth + 1, dtype=np.float64)
         if not cells:
             return np.zeros(len(depths))
@@ -195,6 +202,18 @@ class DepthPolicy:
                 costs[k] = max(costs[k], floor + step * (k - last))
         return costs
 
+    def _cells(self) -> dict[tuple[int, int], float]:
+        """Live cost medians, and the warm-up's where a shape has not run live since, scaled
+        by how much dearer plain rounds of that size are live than they were in the warm-up
+        (longer contexts, a busier machine: seen 12-19% on two contended CPU cores, where
+        unscaled warm-up costs put depth 2 ahead of plain at B=16 and it then ran 13% dearer)."""
+        cells = self._cell_medians()
+        for (b, k), t in self._warm.items():
+            if (b, k) not in cells:
+                live, warm = cells.get((b, 0)), self._warm.get((b, 0))
+                cells[(b, k)] = t * (live / warm if live and warm else 1.0)
+        return cells
+
     def _cell_medians(self) -> dict[tuple[int, int], float]:
         by_cell: dict[tuple[int, int], list[float]] = {}
         for B, k, t in self._rows:
@@ -204,8 +223,10 @@ class DepthPolicy:
     def choose(self, batch_size: int) -> int:
         """The depth cap for the next round of `batch_size` rows (the same answer if asked
         twice before the round is observed)."""
-        if self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio:
+        if self.hopeless:
             return 0
+        if self.forced is not None:
+            return self.forced
         k = self._probe(batch_size)
         if k is not None:
             return k
@@ -223,10 +244,35 @@ class DepthPolicy:
             return depth
         rates = self._rates(batch_size)
         best = max(self.depths(), key=lambda j: rates[j])
-        if rates[best] < (1 + self.min_gain) * rates[0]:
+        if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
             best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
         return best
+
+    @property
+    def hopeless(self) -> bool:
+        """The drafter costs about a target forward or more per step: never draft."""
+        return self.draft_cost_ratio is not None and self.draft_cost_ratio >= self.hopeless_ratio
+
+    def end_warm_up(self, sizes: Sequence[int]) -> None:
+        """A warm-up ran every depth at these batch sizes on synthetic prompts: keep what its
+        rounds cost (per shape, as live rounds), keep what they accepted as a prior worth
+        `min_evidence` row-rounds only (the target's continuations of random prompts, not the
+        traffic's text: 0.55/0.63/0.72 there against 0.78/0.79/0.77 on held-out prompts with
+        the default model), and count the sizes' buckets warmed, so live traffic neither probes
+        them nor waits for a probe to know whether rows joining there need what a drafter
+        prepares (`settled_plain`)."""
+        self.forced = None
+        self._warm = self._cell_medians()
+        self._warm_error = {cell: self._median_error(*cell) for cell in self._warm}
+        self._rows.clear()  # live medians start from live rounds (see `_cells`)
+        weight = min(1.0, self.min_evidence / max(float(self._tried[0]), 1.0))
+        self._tried *= weight
+        self._hit *= weight
+        self._probed |= {int(b).bit_length() for b in sizes}
+        self._chosen.clear()
+        self._time_total = self._explore_loss = 0.0
+        self._last_k = -1
 
     def settled_plain(self, batch_size: int) -> bool:
         """This batch size's warm-up is done and drafting does not pay there: what a drafter
@@ -236,6 +282,27 @@ class DepthPolicy:
             return False
         rates = self._rates(batch_size)[self.depths()]
         return bool(rates.max() < (1 + self.min_gain) * rates[0])
+
+    def _margin(self, batch_size: int, k: int) -> float:
+        """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
+        or twice the relative error of the two cost medians compared where that is larger. On
+        two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
+        then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
+        costs (the head's backlog, a wait for the shape change); as rounds accumulate the
+        error shrinks and a real gain still clears the margin."""
+        e0, ek = self._median_error(batch_size, 0), self._median_error(batch_size, k)
+        return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
+
+    def _median_error(self, batch_size: int, k: int) -> float:
+        """Relative standard error of the (batch_size, k) cost median: with < 3 live rounds the
+        warm-up's, else 0 (too few rounds to tell: `min_gain` alone decides, as a cold
+        bucket's probe of two rounds per depth must)."""
+        ts = np.array([t for b, j, t in self._rows if b == batch_size and j == k])
+        if len(ts) < 3:
+            return float(self._warm_error.get((batch_size, k), 0.0))
+        med = float(np.median(ts))
+        mad = float(np.median(np.abs(ts - med)))
+        return 1.2533 * 1.4826 * mad / max(med, 1e-12) / np.sqrt(len(ts))
 
     def depths(self) -> list[int]:
         """The depths worth measuring and choosing (see `extremes_only`)."""

@@ -47,6 +47,7 @@ from workers.types import (
     SamplingParams,
 )
 from workers.verify import Verdict, greedy_outcome, token_logprobs, verify_greedy
+from workers.warm_up import warm_up
 
 
 class Engine:
@@ -107,6 +108,8 @@ class Engine:
         self._live_ids: set[str] = set()
         self._stats: list[RoundStats] = []
         self._next_id = 0
+        if self.config.warm_up:
+            warm_up(self)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod

@@ -96,6 +96,12 @@ class PrefixCache:
     def used_tokens(self) -> int:
         return len(self._lru) * self.block_tokens
 
+    def clear(self) -> None:
+        """Drop every cached block (an engine's warm-up prompts are nobody's prefix)."""
+        self._by_key.clear()
+        self._lru.clear()
+        self.stats = PrefixCacheStats()
+
     def take_stats(self) -> PrefixCacheStats:
         stats, self.stats = self.stats, PrefixCacheStats()
         return stats

@@ -14,9 +14,11 @@ from workers.config import KV_BITS, KV_GROUP_SIZES, EngineConfig
 
 def serving_config(**overrides: Any) -> EngineConfig:
     """EngineConfig with the serving defaults: each round drafts only as deep as the worker's
-    own timings say pays (adaptive_depth), and prompts reuse cached prefixes
-    (prefix_cache_tokens=-1: a quarter of the KV budget). The library defaults are off."""
-    return EngineConfig(**{"adaptive_depth": True, "prefix_cache_tokens": -1, **overrides})
+    own timings say pays (adaptive_depth), measured at startup (warm_up), and prompts reuse
+    cached prefixes (prefix_cache_tokens=-1: a quarter of the KV budget). The library defaults
+    are off."""
+    defaults = {"adaptive_depth": True, "warm_up": True, "prefix_cache_tokens": -1}
+    return EngineConfig(**{**defaults, **overrides})
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class EngineSpec:
             kv_bits=args.kv_bits,
             kv_group_size=args.kv_group_size,
             prefix_cache_tokens=args.prefix_cache_tokens,
+            warm_up=not args.no_warm_up,
         )
         return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
@@ -79,6 +82,11 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
     p.add_argument(
         "--fixed-depth", action="store_true",
         help="always draft --draft-depth tokens (default: as deep as measured to pay)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-warm-up", action="store_true",
+        help="start serving at once: the adaptive depth learns each batch size's costs on "
+        "traffic (default: measured on synthetic prompts at startup, ~2 s on a 2-core CPU)",
     )  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--max-context", type=int)

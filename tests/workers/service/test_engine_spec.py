@@ -20,8 +20,10 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_flags_become_one_engine_config() -> None:
     spec = EngineSpec.from_args(parse("--draft-depth", "3", "--max-batch-size", "5"))
     assert spec.config == EngineConfig(
-        draft_depth=3, max_batch_size=5, adaptive_depth=True, prefix_cache_tokens=-1
+        draft_depth=3, max_batch_size=5, adaptive_depth=True, prefix_cache_tokens=-1, warm_up=True
     )
+    cold = EngineSpec.from_args(parse("--no-warm-up"))
+    assert cold.config.warm_up is False and EngineConfig().warm_up is False  # library default
     fixed = EngineSpec.from_args(parse("--fixed-depth"))
     assert fixed.config.adaptive_depth is False and EngineSpec().config.adaptive_depth is True
     with pytest.raises(ValueError, match=r"EngineConfig\.draft_depth=99"):
@@ -42,6 +44,7 @@ def test_build_passes_the_config_through(monkeypatch: pytest.MonkeyPatch) -> Non
         max_context=64,
         adaptive_depth=True,
         prefix_cache_tokens=-1,
+        warm_up=True,
         model_id=EngineConfig.model_id,
     )
     assert "model_id" not in seen  # Engine.load names the model after its directory

@@ -1,0 +1,101 @@
+"""Engine warm-up (workers/warm_up.py): every depth measured at every bucket's batch size on
+synthetic prompts before serving, and live costs read against it with the drift since.
+
+What it must not change is the output: a warmed engine's greedy tokens equal mlx-lm's plain
+decode. What it must change: live traffic starts knowing each bucket (no probe rounds, rows
+joining a batch where drafting cannot pay skip the head's prompt pairs), and it leaves nothing
+behind (no warm-up prompts in the prefix cache, no warm-up rounds in the stats).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams
+from workers.depth_policy import DepthPolicy
+from workers.drafters.mtp import MTPDrafter
+from workers.warm_up import batch_sizes
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target = tiny_model("qwen3", seed=3, layers=2)
+    return target, fit_mtp_head(target, steps=60)
+
+
+def test_batch_sizes_cover_every_bucket_up_to_the_largest():
+    assert batch_sizes(1) == [1]
+    assert batch_sizes(16) == [1, 2, 4, 8, 16]
+    assert batch_sizes(12) == [1, 2, 4, 8, 12]
+
+
+def test_a_warmed_engine_knows_every_bucket_leaves_no_trace_and_matches_mlx_lm(setup):
+    target, head = setup
+    engine = Engine(
+        target, drafter=MTPDrafter(target, head), max_batch_size=4, draft_depth=3,
+        adaptive_depth=True, prefix_cache_tokens=256, warm_up=True,
+    )  # fmt: skip
+    policy = engine.depth_policy
+    assert policy is not None and policy.forced is None
+    assert policy._probed == {1, 2, 3}  # sizes 1, 2, 4: the buckets of 1, 2-3, 4-7
+    for size in (1, 2, 4):
+        for k in range(4):
+            assert (size, k) in policy._warm, f"depth {k} at B={size} was not measured"
+    assert policy._tried[0] <= policy.min_evidence + 1e-9  # acceptance: a weak prior only
+    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
+    assert not engine.has_work() and engine.rows == []
+
+    prompts = mixed_prompts(4, seed=5)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=24))
+    for i, (p, o) in enumerate(zip(prompts, outs)):
+        assert_matches(o.tokens, reference_greedy(target, p, 24), f"warmed row {i}")
+    # No bucket was probed live: the first rounds ran the policy's choice, not a 0, 0, 1, 1 ladder.
+    assert policy._probed == {1, 2, 3}
+
+
+def test_live_costs_are_read_against_the_drift_since_the_warm_up():
+    """B=16 on two contended CPU cores: the warm-up timed plain 15 ms and depth 2 36 ms; live,
+    plain rounds take 21 ms (longer contexts, a busier machine). Depth 2 then costs ~50 ms, a
+    tie with plain at this acceptance (2.5 tokens a row), so plain stays; read unscaled (36 ms)
+    it looks 1.46x ahead of plain."""
+    p = DepthPolicy(max_depth=2, explore_every=0)
+    ones = np.ones(16, dtype=np.int64)
+    p.forced = 0
+    for k in [0] + [0, 1, 2] * 5:
+        p.forced = k
+        cost = {0: 0.015, 1: 0.026, 2: 0.036}[k]
+        p.observe(ones * k, ones * 0, cost)
+    p.end_warm_up([16])
+    p._hit[:], p._tried[:] = [800.0, 700.0], [1000.0, 800.0]  # acceptance 0.8, 0.875: 2.5 tokens
+    for _ in range(40):
+        assert p.choose(16) == 0
+        p.observe(ones * 0, ones * 0, 0.021)
+    costs = p.round_costs(16)
+    assert costs[2] == pytest.approx(0.036 * 0.021 / 0.015, rel=1e-6)
+    assert p.choose(16) == 0
+
+
+def test_a_gain_within_the_noise_of_a_few_rounds_does_not_switch_and_a_measured_one_does():
+    """Rounds at +-20% (two contended CPU cores): depth 1 predicted 15% ahead of plain from four
+    rounds each is within the medians' error, so plain stays; from sixty rounds each the same
+    gain clears it."""
+    ones = np.ones(8, dtype=np.int64)
+
+    def policy_after(n: int) -> DepthPolicy:
+        p = DepthPolicy(max_depth=1, explore_every=0)
+        p._probed.add(ones.size.bit_length())  # warmed: the choice alone decides
+        noise = np.tile([0.8, 1.2, 0.9, 1.1], n)
+        for k, base in ((0, 0.010), (1, 0.010 * 1.8 / 1.15)):
+            p.observe(ones * k, ones * k, base)  # a shape's first round is not kept
+            for x in noise[: n + 1]:
+                p.observe(ones * k, ones * k, base * x)
+        p._hit[:], p._tried[:] = [800.0], [1000.0]  # acceptance 0.8: 1.8 tokens a row
+        return p
+
+    few, many = policy_after(4), policy_after(60)
+    assert few._rates(8)[1] / few._rates(8)[0] > 1 + few.min_gain  # past the fixed margin
+    assert few.choose(8) == 0
+    assert many.choose(8) == 1

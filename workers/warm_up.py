@@ -1,0 +1,76 @@
+"""Engine warm-up: what each draft depth costs at each batch size, measured before serving.
+
+The depth policy (workers/depth_policy.py) learns per batch-size bucket what a round of each
+depth costs. Learnt on live traffic, that costs the first requests: every bucket's first rounds
+probe depths that may not pay, and rows joining a bucket not yet probed get what the drafter
+needs in case it drafts (an MTP head's prompt window: the target's last layer over it, +8% of
+the prefill on the 2-core CPU). Measured there, 2 workers of 32 held-out prompts each at B=16,
+where drafting never pays: MTP took 6-8% longer than no drafter, and ~0-2% once both were
+known in advance.
+
+So a serving worker measures first, on synthetic prompts: for each power-of-two batch size up
+to max_batch_size, that many rows prefill and run a few rounds at every depth the policy may
+choose. The policy keeps those rounds' costs and forgets their acceptance (synthetic text says
+nothing about real prompts; acceptance restarts from its prior and is learnt from the rounds
+that draft). On MLX CUDA the same rounds build the graphs of those shapes before traffic does.
+Costs ~2 s on the CPU with the default model (a startup cost, like loading the weights).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workers.types import SamplingParams
+
+if TYPE_CHECKING:
+    from workers.engine import Engine
+
+PROMPT_TOKENS = 64  # the held-out prompts' median is ~110; attention is a small share here
+ROUNDS = 5  # per depth and size; a shape's first round pays one-offs and the policy drops it
+
+
+def batch_sizes(max_batch_size: int) -> list[int]:
+    """1, 2, 4, ... up to and including max_batch_size: one per policy bucket."""
+    sizes = [1 << i for i in range(max_batch_size.bit_length()) if 1 << i < max_batch_size]
+    return sizes + [max_batch_size]
+
+
+def warm_up(engine: Engine, seed: int = 0) -> list[int]:
+    """Measure every depth at every bucket's batch size; returns the sizes measured (none
+    without a depth policy, or with a drafter that can never pay)."""
+    policy = engine.depth_policy
+    if policy is None or policy.hopeless:
+        return []
+    rng = np.random.default_rng(seed)
+    sizes = batch_sizes(engine.config.max_batch_size)
+    depths = policy.depths()
+    params = SamplingParams(
+        max_tokens=(ROUNDS * len(depths) + 2) * (max(depths) + 1) + 8, ignore_eos=True
+    )
+    prompt_len = min(PROMPT_TOKENS, engine.max_context - params.max_tokens - 1)
+    if prompt_len < 1:
+        return []
+    measured = []
+    for size in sizes:
+        ids = [f"warm-up-{size}-{i}" for i in range(size)]
+        for rid in ids:
+            engine.add_request(rid, rng.integers(1, engine.vocab_size, prompt_len).tolist(), params)
+        while engine.has_work() and len(engine.rows) < size:  # prefill, then all rows run
+            engine.step()
+        if len(engine.rows) == size:  # (a KV budget below `size` rows: not this size)
+            # Depths interleaved, so that the machine's load drifting hits each alike.
+            for k in [0] + [k for _ in range(ROUNDS) for k in depths]:
+                policy.forced = k
+                engine.step()
+            measured.append(size)
+        policy.forced = 0
+        for rid in ids:
+            engine.abort(rid)
+        while engine.has_work():
+            engine.step()
+    policy.end_warm_up(measured)
+    engine.prefix_cache.clear()
+    engine.take_round_stats()  # not traffic: kept out of the worker's metrics
+    return measured
