@@ -31,6 +31,7 @@ def demo_section() -> list[str]:
                 f"{' / '.join(f'{x:.2f}' for x in r['mtp_depth1'])} |"
             )
         out.append("")
+    out += _cold_batch()
     demos = sorted((RESULTS / "before_after").glob("demo_cpu_*_vs_*.json"))
     if demos:
         out += ["## `./run demo`, two trees alternating (CPU)", "",
@@ -47,6 +48,29 @@ def demo_section() -> list[str]:
                 )
         out.append("")
     return out
+
+
+def _cold_batch() -> list[str]:
+    """bench/cold_batch.py: the demo's per-worker job on cold engines, two processes at once."""
+    paths = sorted(RESULTS.glob("cold_batch_cpu*.json"))
+    if not paths:
+        return []
+    out = ["## The demo's batch job as its workers run it: cold engines, two processes (CPU)", "",
+           "`python -m bench.cold_batch`: each of two processes loads a fresh engine (serving "
+           "defaults; load and warm-up untimed) and runs its 32 of the 64 held-out prompts at "
+           "B=16, both at once on the 2 cores, as the demo's two workers do; tokens/s over the "
+           "slower process's time; variants alternate. Ratio to the plain pair beside it.", "",
+           "| file | MTP adaptive, cold ÷ plain | MTP adaptive, warmed up ÷ plain |",
+           "|---|---|---|"]  # fmt: skip
+    for path in paths:
+        r = json.loads(path.read_text())["ratio_to_plain"]
+        cold, warm = r["mtp_cold"], r["mtp_warm_up"]
+        out.append(
+            f"| {path.stem} | {' / '.join(f'{x:.2f}' for x in cold)} (mean "
+            f"{sum(cold) / len(cold):.3f}) | {' / '.join(f'{x:.2f}' for x in warm)} (mean "
+            f"{sum(warm) / len(warm):.3f}) |"
+        )
+    return out + [""]
 
 
 def stream_bound_section() -> list[str]:
