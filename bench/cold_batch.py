@@ -25,16 +25,19 @@ from pathlib import Path
 
 VARIANTS = {
     "plain": {"drafter": None},
+    "plain_warm_up": {"drafter": None, "warm_up": True},  # a no-op but on MLX CUDA
     "mtp_cold": {"drafter": "mtp", "adaptive_depth": True, "draft_depth": 3},
     "mtp_warm_up": {"drafter": "mtp", "adaptive_depth": True, "draft_depth": 3, "warm_up": True},
+    "mtp_fixed": {"drafter": "mtp", "draft_depth": 3},  # --variants only (GPU: --fixed-depth)
 }
+DEFAULT_VARIANTS = "plain,mtp_cold,mtp_warm_up"
 
 
-def child(variant: str, half: int, batch_size: int, max_tokens: int) -> None:
+def child(variant: str, half: int, processes: int, batch_size: int, max_tokens: int) -> None:
     from workers import Engine, SamplingParams
     from workers.stream_speed import heldout_prompts
 
-    prompts = heldout_prompts(64)[half::2]  # the scheduler's split, roughly: 32 each
+    prompts = heldout_prompts(64)[half::processes]  # the scheduler's split, roughly
     kw = dict(VARIANTS[variant])
     t0 = time.perf_counter()
     engine = Engine.load(None, max_batch_size=batch_size, prefix_cache_tokens=-1, **kw)
@@ -54,10 +57,11 @@ def child(variant: str, half: int, batch_size: int, max_tokens: int) -> None:
 
 def pair(variant: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, "-m", "bench.cold_batch", "--child", variant,
-           "--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens)]  # fmt: skip
+           "--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens),
+           "--processes", str(args.processes)]  # fmt: skip
     procs = [
         subprocess.Popen(cmd + ["--half", str(h)], stdout=subprocess.PIPE, text=True)
-        for h in (0, 1)
+        for h in range(args.processes)
     ]
     outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     seconds = max(o["seconds"] for o in outs)
@@ -70,29 +74,42 @@ def pair(variant: str, args: argparse.Namespace) -> dict:
     }
 
 
+def _device() -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "import mlx.core as mx; print(mx.default_device())"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--out", default="bench/results/cold_batch_cpu.json")
+    ap.add_argument("--processes", type=int, default=2, help="1: one engine, all 64 prompts")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"of {sorted(VARIANTS)}")
     ap.add_argument("--child", choices=sorted(VARIANTS))
     ap.add_argument("--half", type=int, default=0)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.half, args.batch_size, args.max_tokens)
+        child(args.child, args.half, args.processes, args.batch_size, args.max_tokens)
         return
-    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    names = args.variants.split(",")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.pairs):
-        for name in VARIANTS:
+        for name in names:
             runs[name].append(pair(name, args))
             print(name, json.dumps(runs[name][-1]), file=sys.stderr)
     plain = [r["tokens_per_s"] for r in runs["plain"]]
     result = {
         "machine": f"{platform.machine()} {os.cpu_count()} cores, "
         f"{os.environ.get('LD_PRELOAD', 'no BLAS preload')}",
+        "device": _device(),
         "command": f"python -m bench.cold_batch --pairs {args.pairs} --batch-size "
-        f"{args.batch_size} --max-tokens {args.max_tokens}",
+        f"{args.batch_size} --max-tokens {args.max_tokens} --processes {args.processes} "
+        f"--variants {args.variants}",
         "runs": runs,
         "ratio_to_plain": {
             name: [round(r["tokens_per_s"] / p, 3) for p, r in zip(plain, rs)]

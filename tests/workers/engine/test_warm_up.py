@@ -99,3 +99,35 @@ def test_a_gain_within_the_noise_of_a_few_rounds_does_not_switch_and_a_measured_
     assert few._rates(8)[1] / few._rates(8)[0] > 1 + few.min_gain  # past the fixed margin
     assert few.choose(8) == 0
     assert many.choose(8) == 1
+
+
+def test_an_engine_without_a_drafter_warms_up_only_where_shapes_cost_builds(setup, monkeypatch):
+    """No depth policy to inform: on the CPU the warm-up is a no-op; where each new shape is a
+    graph build (MLX CUDA) it runs plain rounds at each size, leaving no trace and outputs that
+    still equal mlx-lm's."""
+    from workers import warm_up as wu
+    from workers.backend import Backend
+
+    target, _ = setup
+    steps: list[int] = []
+    real_step = Engine.step
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        steps.append(len(self.rows))
+        return real_step(self)
+
+    monkeypatch.setattr(Engine, "step", counting)
+    Engine(target, max_batch_size=4, warm_up=True)
+    assert steps == []  # the CPU: nothing to build, nothing to measure
+
+    cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
+    monkeypatch.setattr(wu.Backend, "current", classmethod(lambda cls: cuda_like))
+    engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
+    assert {1, 2, 4} <= set(steps)  # rounds ran at every bucket's size
+    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
+    monkeypatch.setattr(Engine, "step", real_step)
+    prompts = mixed_prompts(3, seed=6)
+    for i, (p, o) in enumerate(
+        zip(prompts, engine.generate(prompts, SamplingParams(max_tokens=16)))
+    ):
+        assert_matches(o.tokens, reference_greedy(target, p, 16), f"plain warmed row {i}")
