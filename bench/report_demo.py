@@ -51,25 +51,26 @@ def demo_section() -> list[str]:
 
 
 def _cold_batch() -> list[str]:
-    """bench/cold_batch.py: the demo's per-worker job on cold engines, two processes at once."""
-    paths = sorted(RESULTS.glob("cold_batch_cpu*.json"))
+    """bench/cold_batch.py: the demo's per-worker job on cold engines (CPU: two processes at
+    once, as the demo's workers; GPU: one)."""
+    paths = sorted(RESULTS.glob("cold_batch_*.json"))
     if not paths:
         return []
-    out = ["## The demo's batch job as its workers run it: cold engines, two processes (CPU)", "",
-           "`python -m bench.cold_batch`: each of two processes loads a fresh engine (serving "
-           "defaults; load and warm-up untimed) and runs its 32 of the 64 held-out prompts at "
-           "B=16, both at once on the 2 cores, as the demo's two workers do; tokens/s over the "
-           "slower process's time; variants alternate. Ratio to the plain pair beside it.", "",
-           "| file | MTP adaptive, cold ÷ plain | MTP adaptive, warmed up ÷ plain |",
-           "|---|---|---|"]  # fmt: skip
+    out = ["## A fresh engine's first batch job (bench/cold_batch.py)", "",
+           "`python -m bench.cold_batch`: each process loads a fresh engine (serving defaults; "
+           "load and warm-up untimed) and runs its share of the 64 held-out prompts as one job "
+           "(CPU: two processes of 32 prompts at B=16 at once on the 2 cores, as the demo's two "
+           "workers; GPU: `--processes 1 --batch-size 32`). Variants alternate; each cell is a "
+           "variant's tokens/s over the plain run's beside it, per pair (mean).", "",
+           "| file | device | variant ÷ plain |", "|---|---|---|"]  # fmt: skip
     for path in paths:
-        r = json.loads(path.read_text())["ratio_to_plain"]
-        cold, warm = r["mtp_cold"], r["mtp_warm_up"]
-        out.append(
-            f"| {path.stem} | {' / '.join(f'{x:.2f}' for x in cold)} (mean "
-            f"{sum(cold) / len(cold):.3f}) | {' / '.join(f'{x:.2f}' for x in warm)} (mean "
-            f"{sum(warm) / len(warm):.3f}) |"
+        d = json.loads(path.read_text())
+        cells = "; ".join(
+            f"{name} {' / '.join(f'{x:.2f}' for x in r)} ({sum(r) / len(r):.2f})"
+            for name, r in d["ratio_to_plain"].items()
         )
+        note = f" ({d['note']})" if d.get("note") else ""
+        out.append(f"| {path.stem}{note} | {d.get('device', 'Device(cpu, 0)')} | {cells} |")
     return out + [""]
 
 

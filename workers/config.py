@@ -46,9 +46,10 @@ class EngineConfig:
     # quarter of the KV budget (the cache then costs at most 25% more KV memory).
     prefix_cache_tokens: int = 0
     prefix_block_tokens: int = 32  # cache granularity: hits are whole blocks
-    # Before serving, measure what each draft depth costs at each power-of-two batch size on
-    # synthetic prompts (workers/warm_up.py; with a depth policy only): live traffic then
-    # neither probes depths nor prepares drafter state for batches where drafting cannot pay.
+    # Before serving, run rounds at each power-of-two batch size on synthetic prompts
+    # (workers/warm_up.py): with a depth policy, every depth timed for it (live traffic then
+    # neither probes depths nor prepares drafter state where drafting cannot pay); on MLX
+    # CUDA, without one, plain rounds that build the graphs the first requests would.
     warm_up: bool = False
     model_id: str = "in-memory"
 

@@ -242,7 +242,7 @@ class DepthPolicy:
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        rates = self._rates(batch_size)
+        rates = self._rates(batch_size, switching_from=self._last_k if self._last_k >= 0 else depth)
         best = max(self.depths(), key=lambda j: rates[j])
         if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
             best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
@@ -271,6 +271,7 @@ class DepthPolicy:
         self._hit *= weight
         self._probed |= {int(b).bit_length() for b in sizes}
         self._chosen.clear()
+        self._switch.clear()  # interleaved rounds, each a switch: live switches measure it
         self._time_total = self._explore_loss = 0.0
         self._last_k = -1
 
@@ -316,9 +317,20 @@ class DepthPolicy:
         """Seconds a change of depth costs beyond its round (median of recent switches)."""
         return float(np.median(self._switch)) if len(self._switch) >= 2 else 0.0
 
-    def _rates(self, batch_size: int) -> np.ndarray:
-        """[max_depth + 1] predicted tokens per second of each depth."""
+    def _rates(self, batch_size: int, switching_from: int | None = None) -> np.ndarray:
+        """[max_depth + 1] predicted tokens per second of each depth; `switching_from` (the
+        depth now chosen): a choice lasts `refresh_every` rounds, so each depth is also charged
+        a `refresh_every`-th of what taking it costs once: the build of a shape never run, and
+        two switches (there and back) for a depth other than the current one. On MLX CUDA
+        (builds and switches ~15-30 ms against 1-2 ms rounds) drafting then must pay for its
+        graphs within the choice; on the CPU both are a few ms against 10-40 ms rounds."""
         c, costs = self.acceptance(), self.round_costs(batch_size)
+        if switching_from is not None:
+            build, switch = self.build_cost(), self.switch_cost()
+            for k in range(self.max_depth + 1):
+                once = build * ((batch_size, k) not in self._seen)
+                once += 2 * switch * (k != switching_from)
+                costs[k] += once / self.refresh_every
         return np.array(
             [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(self.max_depth + 1)]
         )

@@ -131,3 +131,39 @@ def test_an_engine_without_a_drafter_warms_up_only_where_shapes_cost_builds(setu
         zip(prompts, engine.generate(prompts, SamplingParams(max_tokens=16)))
     ):
         assert_matches(o.tokens, reference_greedy(target, p, 16), f"plain warmed row {i}")
+
+
+@pytest.mark.parametrize("switch_s, expected", [(0.020, 0), (0.0005, 3)])
+def test_a_change_of_depth_must_pay_for_its_switches_within_the_choice(switch_s, expected):
+    """MLX CUDA, a small model at B=8: a plain round 1.5 ms, a depth-3 round 1.6 ms (launch-
+    bound), 2.7 tokens a row at depth 3. Per round depth 3 is 1.7x ahead; but if a change of
+    depth costs 20 ms (a graph rebuilt) and a choice lasts 8 rounds, going there and back costs
+    more than the 8 rounds gain, so plain stays. At 0.5 ms a switch, depth 3 is taken."""
+    p = DepthPolicy(max_depth=3, explore_every=0, extremes_only=True)
+    p._probed.add(4)  # B=8's bucket: warmed
+    ones = np.ones(8, dtype=np.int64)
+    for k, t in ([(0, 0.0015)] * 6 + [(3, 0.0016)] * 6) * 2 + [(0, 0.0015)] * 6:
+        first_after_change = p._last_k not in (-1, k)
+        p.observe(ones * k, ones * k, t + (switch_s if first_after_change else 0.0))
+    p._hit[:], p._tried[:] = [700.0, 600.0, 500.0], [1000.0, 700.0, 600.0]
+    assert p.switch_cost() == pytest.approx(switch_s, rel=1e-6)
+    assert p._rates(8)[3] > 1.5 * p._rates(8)[0]  # per round alone, depth 3 wins
+    assert p.choose(8) == expected
+
+
+def test_where_shapes_cost_builds_an_engine_with_a_depth_policy_does_not_warm_up(
+    setup, monkeypatch
+):
+    """MLX CUDA: per-round costs miss the builds a draining batch pays, and a warmed policy
+    drafted where that lost (workers/warm_up.py): such an engine learns on traffic only."""
+    from workers import warm_up as wu
+    from workers.backend import Backend
+
+    target, head = setup
+    cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
+    monkeypatch.setattr(wu.Backend, "current", classmethod(lambda cls: cuda_like))
+    kw = dict(max_batch_size=4, draft_depth=3, adaptive_depth=True)
+    engine = Engine(target, drafter=MTPDrafter(target, head), **kw)
+    assert wu.warm_up(engine) == []
+    policy = engine.depth_policy
+    assert policy is not None and policy._rounds == 0 and not policy._probed
