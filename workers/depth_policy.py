@@ -52,6 +52,8 @@ import numpy as np
 
 from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
 
+LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
+
 if TYPE_CHECKING:
     from workers.rows import Row
 
@@ -203,15 +205,24 @@ class DepthPolicy:
         return costs
 
     def _cells(self) -> dict[tuple[int, int], float]:
-        """Live cost medians, and the warm-up's where a shape has not run live since, scaled
-        by how much dearer plain rounds of that size are live than they were in the warm-up
-        (longer contexts, a busier machine: seen 12-19% on two contended CPU cores, where
-        unscaled warm-up costs put depth 2 ahead of plain at B=16 and it then ran 13% dearer)."""
-        cells = self._cell_medians()
+        """Live cost medians, and the warm-up's where a shape has run live fewer than
+        `LIVE_ROUNDS` times since, scaled by how much dearer plain rounds of that size are live
+        than they were in the warm-up (longer contexts, a busier machine: seen 12-19% on two
+        contended CPU cores, where unscaled warm-up costs put depth 2 ahead of plain at B=16
+        and it then ran 13% dearer). So a cell's value and its error (`_median_error`) always
+        come from the same rounds: one noisy live round does not replace a warm-up cell."""
+        live = self._cell_medians()
+        if not self._warm:
+            return live
+        counts: dict[tuple[int, int], int] = {}
+        for b, k, _ in self._rows:
+            counts[(b, k)] = counts.get((b, k), 0) + 1
+        cells = {c: t for c, t in live.items() if c not in self._warm or counts[c] >= LIVE_ROUNDS}
         for (b, k), t in self._warm.items():
             if (b, k) not in cells:
-                live, warm = cells.get((b, 0)), self._warm.get((b, 0))
-                cells[(b, k)] = t * (live / warm if live and warm else 1.0)
+                warm0 = float(self._warm.get((b, 0), 0.0))
+                plain_live = counts.get((b, 0), 0) >= LIVE_ROUNDS and warm0 > 0
+                cells[(b, k)] = t * (live[(b, 0)] / warm0 if plain_live else 1.0)
         return cells
 
     def _cell_medians(self) -> dict[tuple[int, int], float]:
@@ -242,7 +253,7 @@ class DepthPolicy:
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        rates = self._rates(batch_size, switching_from=self._last_k if self._last_k >= 0 else depth)
+        rates = self._rates(batch_size, switching_from=depth)
         best = max(self.depths(), key=lambda j: rates[j])
         if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
             best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
@@ -299,7 +310,7 @@ class DepthPolicy:
         warm-up's, else 0 (too few rounds to tell: `min_gain` alone decides, as a cold
         bucket's probe of two rounds per depth must)."""
         ts = np.array([t for b, j, t in self._rows if b == batch_size and j == k])
-        if len(ts) < 3:
+        if len(ts) < LIVE_ROUNDS:
             return float(self._warm_error.get((batch_size, k), 0.0))
         med = float(np.median(ts))
         mad = float(np.median(np.abs(ts - med)))

@@ -60,20 +60,28 @@ def warm_up(engine: Engine, seed: int = 0) -> list[int]:
         return []  # the CPU without a policy: nothing to do; MLX CUDA with one: see above
     rng = np.random.default_rng(seed)
     depths = teach.depths() if teach is not None else [0]
-    # Depths interleaved, so that the machine's load drifting hits each alike.
-    order = [0] + [k for _ in range(ROUNDS) for k in depths]
-    params = SamplingParams(max_tokens=(len(order) + 2) * (max(depths) + 1) + 8, ignore_eos=True)
+    if getattr(engine.drafter, "device_resident", False) or engine.drafter is None:
+        # Depths interleaved, so that the machine's load drifting hits each alike.
+        order = [0] + [k for _ in range(ROUNDS) for k in depths]
+    else:  # a host-side drafter's rounds cannot pipeline behind a plain one: in blocks, or
+        # each drafting round would absorb the plain round before it (and plain be unmeasured)
+        order = [k for k in depths for _ in range(ROUNDS + 1)]
+    deepest = engine.config.draft_depth if engine.drafter is not None else 0  # (no policy: all)
+    params = SamplingParams(max_tokens=(len(order) + 2) * (deepest + 1) + 8, ignore_eos=True)
     prompt_len = min(PROMPT_TOKENS, engine.max_context - params.max_tokens - 1)
-    if prompt_len < 1:
+    per_row = engine.row_factory.reserve(prompt_len, params)
+    if prompt_len < 1 or per_row > engine.kv_budget:
         return []
     measured = []
     for size in batch_sizes(engine.config.max_batch_size):
+        if size * per_row > engine.kv_budget:  # these rows would not all run at once
+            break
         ids = [f"warm-up-{size}-{i}" for i in range(size)]
         for rid in ids:
             engine.add_request(rid, rng.integers(1, engine.vocab_size, prompt_len).tolist(), params)
         while engine.has_work() and len(engine.rows) < size:  # prefill, then all rows run
             engine.step()
-        if len(engine.rows) == size:  # (a KV budget below `size` rows: not this size)
+        if len(engine.rows) == size:
             for k in order:
                 if teach is not None:
                     teach.forced = k

@@ -48,12 +48,22 @@ def test_a_warmed_engine_knows_every_bucket_leaves_no_trace_and_matches_mlx_lm(s
     assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
     assert not engine.has_work() and engine.rows == []
 
+    probes: list[int] = []
+    real_probe = policy._probe
+
+    def spy(batch_size: int) -> int | None:  # a live warm-up ladder's depth, if one ran
+        k = real_probe(batch_size)
+        if k is not None:
+            probes.append(k)
+        return k
+
+    policy._probe = spy  # type: ignore[method-assign]
     prompts = mixed_prompts(4, seed=5)
     outs = engine.generate(prompts, SamplingParams(max_tokens=24))
     for i, (p, o) in enumerate(zip(prompts, outs)):
         assert_matches(o.tokens, reference_greedy(target, p, 24), f"warmed row {i}")
-    # No bucket was probed live: the first rounds ran the policy's choice, not a 0, 0, 1, 1 ladder.
-    assert policy._probed == {1, 2, 3}
+    # No bucket was probed live: every round ran the policy's choice, not a 0, 0, 1, 1 ladder.
+    assert probes == []
 
 
 def test_live_costs_are_read_against_the_drift_since_the_warm_up():
@@ -167,3 +177,12 @@ def test_where_shapes_cost_builds_an_engine_with_a_depth_policy_does_not_warm_up
     assert wu.warm_up(engine) == []
     policy = engine.depth_policy
     assert policy is not None and policy._rounds == 0 and not policy._probed
+
+
+def test_a_kv_budget_too_small_for_the_warm_up_rows_skips_what_does_not_fit(setup):
+    target, head = setup
+    kw = dict(drafter=MTPDrafter(target, head), draft_depth=3, adaptive_depth=True, warm_up=True)
+    tiny = Engine(target, max_batch_size=4, kv_budget_tokens=120, **kw)  # < one warm-up row
+    assert tiny.depth_policy is not None and not tiny.depth_policy._probed
+    two_rows = Engine(target, max_batch_size=4, kv_budget_tokens=2 * 190, **kw)
+    assert two_rows.depth_policy is not None and two_rows.depth_policy._probed == {1, 2}
