@@ -14,7 +14,7 @@ choose. The policy keeps those rounds' costs and forgets their acceptance (synth
 nothing about real prompts; acceptance restarts from its prior and is learnt from the rounds
 that draft). On MLX CUDA the same rounds build the graphs of those shapes before traffic does,
 also for an engine without a drafter: a fresh plain engine's first job (H200, default model, 64
-prompts at B=32) ran 1.30-1.94x faster warmed up (bench/cold_batch.py --processes 1).
+prompts at B=32) ran 0.93-1.94x as fast warmed up, median 1.30x (bench/cold_batch.py).
 Costs ~3 s on the CPU with the default model (a startup cost, like loading the weights).
 
 An engine with a depth policy does not warm up on MLX CUDA. There a short job's time is mostly
