@@ -46,16 +46,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
-
 LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
-
-if TYPE_CHECKING:
-    from workers.rows import Row
 
 
 def expected_tokens(cond_accept: np.ndarray, depth: int) -> float:
@@ -431,41 +425,6 @@ class DepthPolicy:
         self._explore_loss += loss
         self._explored_at = self._rounds
         return True
-
-
-def row_depths(
-    rows: Sequence[Row],
-    draft_depth: int,
-    verify_tokens_per_row: int,
-    cap: int | None,
-    in_flight: int = 0,
-) -> np.ndarray:
-    """[B] each row's draft depth this round: the request's or the engine's `draft_depth`,
-    clamped to what fits, and to the policy's `cap` where the row's tokens allow it.
-
-    The bonus token counts against max_tokens and the context, and one verify forward carries
-    at most max_verify_tokens (B * verify_tokens_per_row) tokens, so deep drafts shrink instead
-    of failing. The cap applies to depth-invariant rows only (greedy, coupled sampling).
-    `in_flight`: tokens a row may have emitted in a pipelined round not read yet (greedy rows
-    only, whose tokens do not depend on depth), so the budget is counted conservatively.
-    """
-    capacity = max(0, verify_tokens_per_row - 1)
-    row_cap = cap if cap is not None and cap < draft_depth else MAX_DEPTH
-    return np.array(
-        [
-            max(
-                0,
-                min(
-                    r.params.draft_depth or draft_depth,
-                    row_cap if r.params.depth_invariant else MAX_DEPTH,
-                    r.remaining - in_flight - 1,
-                    capacity,
-                ),
-            )
-            for r in rows
-        ],
-        dtype=np.int64,
-    )
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -60,7 +60,7 @@ def warm_up(engine: Engine, seed: int = 0) -> list[int]:
         return []  # the CPU without a policy: nothing to do; MLX CUDA with one: see above
     rng = np.random.default_rng(seed)
     depths = teach.depths() if teach is not None else [0]
-    if getattr(engine.drafter, "device_resident", False) or engine.drafter is None:
+    if engine._device_drafter:  # MTP head, or none
         # Depths interleaved, so that the machine's load drifting hits each alike.
         order = [0] + [k for _ in range(ROUNDS) for k in depths]
     else:  # a host-side drafter's rounds cannot pipeline behind a plain one: in blocks, or
