@@ -282,7 +282,8 @@ class Engine:
         num_accepted, tokens = greedy_outcome(logits, proposal)
         want_logprobs = any(r.params.logprobs for r in rows)
         logprobs = token_logprobs(logits, tokens) if want_logprobs else None
-        self.cache.commit_lazy(num_accepted + 1, window.shape[1])
+        # A plain round commits exactly one token per row: the host's lengths stay exact.
+        self.cache.commit_lazy(num_accepted + 1, window.shape[1], all_most=window.shape[1] == 1)
         if self.drafter is not None and self._device_drafter:
             self.drafter.commit(num_accepted, self._verify_hidden, tokens)
         if window.shape[1] == 1:  # a plain round: its one token is the newest
@@ -305,7 +306,7 @@ class Engine:
         inflight = self._flight.width if self._flight is not None else 0
         live = np.array([not r.is_finished for r in self.rows], dtype=bool)
         exact = np.array([len(r.history) - 1 for r in self.rows], dtype=np.int64)
-        self.cache.tighten(exact + inflight, live)
+        self.cache.tighten(exact + inflight, live, exact=inflight <= 1)
         tighten = getattr(self.drafter, "tighten", None)
         if tighten is not None:
             tighten(exact, live)

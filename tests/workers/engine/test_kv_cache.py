@@ -130,3 +130,49 @@ def test_where_shapes_cost_builds_prefill_widths_round_up_and_outputs_do_not_cha
     outs = Engine(model, max_batch_size=3).generate(prompts, SamplingParams(max_tokens=12))
     for p, o in zip(prompts, outs):
         assert_matches(o.tokens, reference_greedy(model, p, 12), "padded prefill")
+
+
+def test_a_lone_rows_one_token_step_reads_its_exact_slots_unmasked(monkeypatch):
+    """One row, one token, exact host length: attention gets no mask and exactly the row's
+    slots, even where spans round up (MLX CUDA), so it takes the kernel mlx-lm's own decode
+    takes. Two rows, a wider window, or a model asking for an array mask keep the mask."""
+    from workers.backend import Backend
+
+    monkeypatch.setattr(Backend, "current", classmethod(lambda cls: cls(True, False)))
+    model = tiny_model("qwen3", seed=5)
+    lone = BatchCache.for_model(model, 1)
+    prefill(model, lone, [list(range(1, 41))], step_size=512)
+    layer = lone.layers[0]
+    lone.set_window_valid(np.array([1]))
+    assert layer.make_mask(1) is None and lone.window_end(1) == 41
+    assert layer.make_mask(1, return_array=True) is not None
+    lone.set_window_valid(np.array([2]))
+    assert layer.make_mask(2) is not None and lone.window_end(2) % 128 == 0
+    pair = BatchCache.for_model(model, 2)
+    prefill(model, pair, [list(range(1, 41))] * 2, step_size=512)
+    pair.set_window_valid(np.array([1, 1]))
+    assert pair.layers[0].make_mask(1) is not None
+
+
+def test_a_lone_row_behind_its_host_bound_keeps_the_mask():
+    """After a lazy commit the host's length is an upper bound: the slots past the row's true
+    length are stale and must stay masked. The next step's logits equal those of a cache that
+    holds exactly the row's tokens; once the bound is tightened to the exact length the step
+    goes unmasked and still matches."""
+    model = tiny_model("qwen3", seed=5)
+    prompt, window = list(range(3, 30)), [7, 8, 9, 10]
+    cache = BatchCache.for_model(model, 1)
+    prefill(model, cache, [prompt], step_size=512)
+    tokens, valid = pad_windows([window])
+    forward_window(model, cache, tokens, valid)
+    cache.commit_lazy(mx.array([2]), 4)  # the device keeps 2 of the 4; the host says 4
+    ref = BatchCache.for_model(model, 1)
+    prefill(model, ref, [prompt + window[:2]], step_size=512)
+    step, one = mx.array([[11]]), np.array([1])
+    expected = forward_window(model, ref, step, one)
+    got = forward_window(model, cache, step, one)
+    assert mx.allclose(got, expected, atol=1e-5).item(), "a stale slot was attended"
+    assert cache.layers[0].make_mask(1) is not None
+    cache.tighten(np.array([len(prompt) + 2]), np.array([True]), exact=True)
+    assert cache.layers[0].make_mask(1) is None
+    assert mx.allclose(forward_window(model, cache, step, one), expected, atol=1e-5).item()

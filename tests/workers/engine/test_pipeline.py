@@ -184,3 +184,33 @@ def test_a_sampled_joiner_switches_the_batch_to_synchronous_rounds(setup):
         assert_matches(got[f"g{i}"], refs[i], f"greedy row {i}")
     alone = Engine(target).generate([prompts[5]], sampled)[0].tokens
     assert got["s"] == alone
+
+
+def test_a_lone_row_switching_between_drafting_and_plain_rounds(setup):
+    """One row whose depth cap changes round by round (2, 0, 0, 3, 0, 1, 0, 0, ...): a plain
+    round right after a drafting one still has the drafting round in flight, so the host's
+    length is an upper bound and attention must stay masked; plain rounds after that read the
+    row's exact slots unmasked (BatchCache.reads_exact_row). Tokens equal mlx-lm's."""
+    from workers.depth_policy import DepthPolicy
+
+    target, head, prompts, refs = setup
+    schedule = [2, 0, 0, 3, 0, 1, 0, 0, 0, 2]
+
+    class Scheduled(DepthPolicy):
+        def choose(self, batch_size: int) -> int:
+            return schedule[self._rounds % len(schedule)]
+
+    unmasked = []
+    for p, ref in zip(prompts[:3], refs[:3]):
+        engine = engine_for(target, head, "mtp", adaptive_depth=True)
+        engine.depth_policy = Scheduled(3)
+        real = engine.cache.window_end
+
+        def spy(W: int, cache=engine.cache, real=real) -> int:
+            unmasked.append(cache.reads_exact_row(W))
+            return real(W)
+
+        engine.cache.window_end = spy  # type: ignore[method-assign]
+        engine.add_request("r", p, SamplingParams(max_tokens=MAX_TOKENS))
+        assert_matches(tokens_of(drain(engine)["r"]), ref, "depth switching at B=1")
+    assert any(unmasked) and not all(unmasked), "both kinds of step ran"
