@@ -47,7 +47,8 @@ def gpu_section(gpu: dict, plot: Any) -> list[str]:
     """P1 and P2 on the random Qwen3 presets (bench/gpu.py), with the efficiency plot."""
     out = [
         f"**Random Qwen3 shapes on the GPU** ({gpu['device']}, NVIDIA H200; bf16; "
-        f"{gpu['max_tokens']} new tokens; forced drafter depth {gpu['draft_depth']}):",
+        f"{gpu['max_tokens']} new tokens; forced drafter depth {gpu['draft_depth']}; medians of "
+        f"{next(iter(gpu['models'].values()))['rows']['1'].get('repeats', 1)} timed passes):",
         "",
         "| model | B | plain ÷ BG | plain pipelined ÷ one round at a time | forced ÷ BG | "
         "tokens/round | efficiency | verify(K+1) ÷ decode time |",
@@ -72,12 +73,36 @@ def gpu_section(gpu: dict, plot: Any) -> list[str]:
     return out + ["", f"![efficiency](results/{png})", ""]
 
 
+def lone_row_section(results: list[dict]) -> list[str]:
+    """A lone row's unmasked decode step against the masked one (bench/lone_row_step.py)."""
+    if not results:
+        return []
+    out = [
+        "**A lone row's decode step, unmasked vs masked** (`python -m bench.lone_row_step`; plain "
+        "B=1, 4 random prompts, 64 new tokens; `old` = the same engine with "
+        "`BatchCache.reads_exact_row` off; medians over passes, configurations taking turns):",
+        "",
+        "| device | model | plain ÷ BG, old | plain ÷ BG, new | new ÷ old | passes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for res in results:
+        for row in res["presets"].values():
+            card = "NVIDIA H200, MLX CUDA" if "gpu" in res["device"] else "2-core x86 CPU"
+            out.append(
+                f"| {card} | {row['model']} | {row['old_over_batch_generator']:.2f} | "
+                f"{row['new_over_batch_generator']:.2f} | {row['new_over_old']:.2f} | "
+                f"{res['repeats']} |"
+            )
+    return out + [""]
+
+
 def speed_section(
     engine_cpu: dict | None,
     engine_real: dict | None,
     engine_gpu: dict | None,
     gpu: dict | None,
     plot: Any,
+    lone_row: list[dict] | None = None,
 ) -> list[str]:
     out = ["## Speed (issue 11): pipelined rounds", ""]
     if engine_cpu:
@@ -88,4 +113,4 @@ def speed_section(
         out += engine_ratios(engine_gpu, "Embedded default model, GPU")
     if gpu:
         out += gpu_section(gpu, plot)
-    return out
+    return out + lone_row_section(lone_row or [])
