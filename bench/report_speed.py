@@ -96,6 +96,45 @@ def lone_row_section(results: list[dict]) -> list[str]:
     return out + [""]
 
 
+def ragged_attention_section(res: dict | None, engine: dict | None = None) -> list[str]:
+    """The CUDA ragged attention kernel against MLX's masked attention (bench/ragged_attention),
+    and plain decoding with the route on and off (bench/ragged_route.py)."""
+    if not res:
+        return []
+    hq, hk, d = res["heads"]
+    out = [
+        f"**One-token steps attend by row length on MLX CUDA** (`python -m bench.ragged_attention`, "
+        f"NVIDIA H200, bf16, {hq} query heads, {hk} KV heads, head dim {d}; us per call; the "
+        "engine routes only W=1 steps to the kernel, `workers/attention_cuda.py`):",
+        "",
+        "| context | B | W | MLX masked | kernel | max abs diff |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, row in res["rows"].items():
+        ctx, b, w = (part.split("=")[1] for part in key.split())
+        out.append(
+            f"| {ctx} | {b} | {w} | {row['masked_us']:.1f} | {row['kernel_us']:.1f} | "
+            f"{row['max_abs_diff']:.4f} |"
+        )
+    if engine:
+        out += [
+            "",
+            "Plain decoding with the route on (kernel) and off (mask), same process, medians "
+            "(`bench/ragged_route.py`, H200, 64 new tokens):",
+            "",
+            "| model | B | kernel ÷ mask | plain ÷ BG, mask | plain ÷ BG, kernel | layers routed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for preset, rows in engine.items():
+            for b in ("8", "32"):
+                r, lg = rows[f"B{b}"], rows[f"B{b}_logits"]
+                out.append(
+                    f"| {preset} | {b} | {r['kernel_over_mask']:.2f} | {r['mask_over_bg']:.2f} | "
+                    f"{r['kernel_over_bg']:.2f} | {lg['routed_calls']} |"
+                )
+    return out + [""]
+
+
 def speed_section(
     engine_cpu: dict | None,
     engine_real: dict | None,
@@ -103,6 +142,8 @@ def speed_section(
     gpu: dict | None,
     plot: Any,
     lone_row: list[dict] | None = None,
+    ragged: dict | None = None,
+    ragged_engine: dict | None = None,
 ) -> list[str]:
     out = ["## Speed (issue 11): pipelined rounds", ""]
     if engine_cpu:
@@ -113,4 +154,4 @@ def speed_section(
         out += engine_ratios(engine_gpu, "Embedded default model, GPU")
     if gpu:
         out += gpu_section(gpu, plot)
-    return out + lone_row_section(lone_row or [])
+    return out + lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)

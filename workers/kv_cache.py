@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
+from workers import attention_cuda
 from workers.backend import Backend
 from workers.cache_types import CacheOwner, LayerCache, concat_rows
 from workers.hybrid import RaggedStateCache, install
@@ -74,7 +75,9 @@ class RaggedKVCache:
     def make_mask(
         self, N: int, return_array: bool = False, window_size: int | None = None, **_: object
     ) -> mx.array | None:
-        if not return_array and window_size is None and self.owner.reads_exact_row(N):
+        if window_size is not None:  # sliding-window layers: the kernel knows no window
+            self.owner.kernel_attention = False
+        elif not return_array and self.owner.reads_exact_row(N):
             return None  # one row, every slot read is valid: the unmasked (vector) kernel
         return self.owner.window_mask(N, window_size)
 
@@ -223,6 +226,9 @@ class BatchCache:
         # computes at ~12 ns each: spans of 128 made a 140-token prompt's prefill attend 256
         # slots, and a B=16 decode step ~1.4 ms dearer (2-core CPU, default model).
         self.span = SPAN if Backend.current().builds_per_shape else 1
+        # One-token steps attend through workers/attention_cuda.py (MLX CUDA), with the rows'
+        # lengths instead of the mask; off for a model with sliding-window layers.
+        self.kernel_attention = Backend.current().builds_per_shape
         self._refresh()
 
     @classmethod
@@ -373,6 +379,7 @@ class BatchCache:
         for mine, theirs in zip(self.layers, other.layers):
             mine.append_rows(theirs, self.num_rows, other.num_rows)
         self.exact = self.exact and other.exact
+        self.kernel_attention = self.kernel_attention and other.kernel_attention
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
         self.lengths = np.concatenate([self.lengths, other.lengths])
         self.lengths_mx = mx.concatenate([self.lengths_mx, other.lengths_mx])
@@ -393,6 +400,8 @@ def layer_kinds(model: object) -> list[bool]:
     from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
 
     recurrent = install(model)
+    if Backend.current().builds_per_shape:
+        attention_cuda.install(model)
     make_cache = getattr(model, "make_cache", None)
     if make_cache is None:
         return recurrent

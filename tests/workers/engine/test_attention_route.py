@@ -1,0 +1,107 @@
+"""Where one-token steps attend by row length (workers/attention_cuda.py, MLX CUDA).
+
+The CUDA kernel itself runs only on a GPU (bench/ragged_attention.py checks it against MLX's
+masked attention there). Here the backend is made to look like MLX CUDA and the kernel is
+replaced by the same semantics in MLX ops (window query i of row r attends slots
+[0, lengths[r] + i]), so these tests check the routing: which calls are sent to the kernel,
+with which lengths, keys and values. Outputs are compared with mlx-lm's own greedy decode.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mlx.core as mx
+import pytest
+
+from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams, attention_cuda
+from workers.backend import Backend
+from workers.drafters.mtp import MTPDrafter
+
+MAX_TOKENS = 16
+
+
+def by_length(q: mx.array, k: mx.array, v: mx.array, lengths: mx.array, scale: float) -> mx.array:
+    """The kernel's contract in MLX ops: [B, Hq, W, D] attending slots [0, lengths[r] + i]."""
+    W, S = q.shape[2], k.shape[2]
+    slot = mx.arange(S)[None, None, None, :]
+    last = (lengths[:, None] + mx.arange(W)[None])[:, None, :, None]
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=slot <= last)
+
+
+@pytest.fixture
+def cuda_like(monkeypatch):
+    """Backend reports MLX CUDA; the kernel is `by_length`, counted, and serves the tiny fp32
+    models' one-token steps (`serves` is tested on its own below); every model module's
+    attention function is restored afterwards."""
+    calls: list[tuple[int, ...]] = []
+
+    def kernel(q, k, v, lengths, scale):  # type: ignore[no-untyped-def]
+        calls.append(tuple(q.shape))
+        return by_length(q, k, v, lengths, scale)
+
+    monkeypatch.setattr(Backend, "current", classmethod(lambda cls: cls(True, False)))
+    monkeypatch.setattr(attention_cuda, "ragged_window_attention", kernel)
+    monkeypatch.setattr(attention_cuda, "serves", lambda q, k, sinks: q.shape[2] == 1)
+    for name in ("qwen3", "gemma3_text"):
+        module = sys.modules.get(f"mlx_lm.models.{name}")
+        if module is not None:
+            fn = module.scaled_dot_product_attention
+            monkeypatch.setattr(module, "scaled_dot_product_attention", fn)
+    return calls
+
+
+def test_ragged_one_token_steps_attend_by_length_and_match_mlx_lm(cuda_like):
+    """A batch of ragged rows, decoded plainly, and with an MTP head whose depth cap changes
+    round by round (2, 0, 0, 3, 0, 1, ...): a plain round right after a drafting one runs while
+    the host knows only upper bounds of the rows' lengths, so the kernel must read the device's
+    exact ones. One-token steps, and only those, go to the kernel (a lone row's too while its
+    host length is a bound); the tokens are mlx-lm's."""
+    from workers.depth_policy import DepthPolicy
+
+    schedule = [2, 0, 0, 3, 0, 1, 0, 0]
+
+    class Scheduled(DepthPolicy):
+        def choose(self, batch_size: int) -> int:
+            return schedule[self._rounds % len(schedule)]
+
+    target = tiny_model("qwen3", seed=5)
+    head = fit_mtp_head(target, steps=40)
+    prompts = mixed_prompts(3, seed=11, lengths=[5, 23, 12])
+    refs = [reference_greedy(target, p, MAX_TOKENS) for p in prompts]
+    for drafter in (None, MTPDrafter(target, head)):
+        cuda_like.clear()
+        engine = Engine(
+            target, drafter=drafter, max_batch_size=3, draft_depth=3, adaptive_depth=True
+        )
+        if drafter is not None:
+            engine.depth_policy = Scheduled(3)
+        outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+        for o, ref in zip(outs, refs):
+            assert_matches(o.tokens, ref, f"routed attention, drafter {drafter}")
+        assert cuda_like, "no step was routed to the kernel"
+        assert all(shape[2] == 1 for shape in cuda_like), cuda_like
+        assert any(shape[0] > 1 for shape in cuda_like), cuda_like
+
+
+def test_sliding_window_layers_never_take_the_kernel(cuda_like):
+    """The kernel knows no window: a model with sliding-window layers keeps the masked path."""
+    target = tiny_model("gemma3_text", seed=2)
+    prompts = mixed_prompts(2, seed=3, lengths=[9, 30])
+    outs = Engine(target, max_batch_size=2).generate(prompts, SamplingParams(max_tokens=12))
+    for p, o in zip(prompts, outs):
+        assert_matches(o.tokens, reference_greedy(target, p, 12), "gemma3, sliding window")
+    assert not cuda_like, cuda_like
+
+
+def test_the_kernel_serves_half_precision_one_token_steps_of_lane_sized_heads():
+    def ask(W: int = 1, D: int = 128, dtype=mx.bfloat16, hq: int = 32, hk: int = 8) -> bool:
+        q, k = mx.zeros((2, hq, W, D), dtype), mx.zeros((2, hk, 40, D), dtype)
+        return attention_cuda.serves(q, k, None)
+
+    assert ask() and ask(D=64) and ask(dtype=mx.float16) and ask(hq=8)
+    assert not ask(W=2) and not ask(D=80) and not ask(dtype=mx.float32) and not ask(hq=12)
+    q = mx.zeros((2, 32, 1, 128), mx.bfloat16)
+    assert not attention_cuda.serves(q, mx.zeros((2, 8, 40, 128), mx.bfloat16), mx.zeros(32))
