@@ -406,7 +406,8 @@ def main() -> None:
         out += ["", f"![gpu](results/{png})", ""]
     out += section("report_speed", "speed_section")(
         cpu, load("engine_real_cpu.json"), load("engine_default_h200.json"),
-        load("gpu_h200_pipelined.json"), plot_lines,
+        [json.loads(p.read_text()) for p in sorted(RESULTS.glob("gpu_h200_pipelined*.json"))],
+        plot_lines,
         [json.loads(p.read_text()) for p in sorted(RESULTS.glob("lone_row_step_*.json"))],
         load("ragged_attention_h200.json"), load("ragged_route_h200.json"),
     )  # fmt: skip

@@ -43,10 +43,10 @@ def engine_ratios(data: dict, label: str) -> list[str]:
     return out + [""]
 
 
-def gpu_section(gpu: dict, plot: Any) -> list[str]:
+def gpu_section(gpu: dict, plot: Any, run: int = 1) -> list[str]:
     """P1 and P2 on the random Qwen3 presets (bench/gpu.py), with the efficiency plot."""
     out = [
-        f"**Random Qwen3 shapes on the GPU** ({gpu['device']}, NVIDIA H200; bf16; "
+        f"**Random Qwen3 shapes on the GPU, run {run}** ({gpu['device']}, NVIDIA H200; bf16; "
         f"{gpu['max_tokens']} new tokens; forced drafter depth {gpu['draft_depth']}; medians of "
         f"{next(iter(gpu['models'].values()))['rows']['1'].get('repeats', 1)} timed passes):",
         "",
@@ -69,7 +69,8 @@ def gpu_section(gpu: dict, plot: Any) -> list[str]:
                 f"{r['efficiency']:.2f} | {r['verify_over_decode_time']:.2f} |"
             )
     png = plot(bs, series, "batch size", "efficiency (speedup ÷ tokens per round)",
-               "H200: forced-acceptance efficiency", "gpu_efficiency.png", logx=True)  # fmt: skip
+               f"H200: forced-acceptance efficiency (run {run})",
+               "gpu_efficiency.png" if run == 1 else f"gpu_efficiency_{run}.png", logx=True)  # fmt: skip
     return out + ["", f"![efficiency](results/{png})", ""]
 
 
@@ -139,7 +140,7 @@ def speed_section(
     engine_cpu: dict | None,
     engine_real: dict | None,
     engine_gpu: dict | None,
-    gpu: dict | None,
+    gpu: list[dict] | None,
     plot: Any,
     lone_row: list[dict] | None = None,
     ragged: dict | None = None,
@@ -152,6 +153,6 @@ def speed_section(
         out += engine_ratios(engine_real, "A real trained checkpoint, CPU")
     if engine_gpu:
         out += engine_ratios(engine_gpu, "Embedded default model, GPU")
-    if gpu:
-        out += gpu_section(gpu, plot)
+    for run, one in enumerate(gpu or [], start=1):
+        out += gpu_section(one, plot, run)
     return out + lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)
