@@ -7,8 +7,12 @@ score matmul, mask, softmax, value matmul. This kernel reads each row's length f
 device (`BatchCache.lengths_mx`) and attends slots [0, length_r + i] for window query i,
 as the mask would. On an H200 (32 query heads, 8 KV heads, head dim 128, bf16) one call took
 20.6 / 45.8 / 153.5 us at B=8 and contexts 128 / 1024 / 4096, against 44.1 / 110.3 / 308.8 us
-masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. Wider windows re-read the
-keys once per query and lose at long contexts, so only one-token steps are routed here.
+masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. A wider window re-reads
+the keys once per query: at 5 queries it won up to 128 slots (B=1/8/32: 15 / 32 / 71 us
+against 32 / 42 / 93 masked) and lost from 1024 on (B=8: 165 against 91 us), so windows of up
+to 8 tokens are routed here only while they read at most WIDE_MAX_SLOTS slots. (Grouping a KV
+head's query rows in one block, and splitting keys across blocks, still lost at 5 queries from
+1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
 
 Routing: `install` replaces `scaled_dot_product_attention` in the modules of a model's
 attention layers (mlx-lm imports it by name into each model file) with `route`, which sends a
@@ -81,6 +85,7 @@ _SOURCE = r"""
   }
 """
 NUM_WARPS = 4
+WIDE_MAX_SLOTS = 256  # slots a window of 2-8 tokens may read through the kernel (see above)
 _kernel: Any = None
 _scales: dict[float, mx.array] = {}  # one device scalar per softmax scale, not one per call
 
@@ -123,9 +128,11 @@ def ragged_window_attention(
 
 
 def serves(q: mx.array, k: mx.array, sinks: object) -> bool:
-    """A one-token step this kernel computes: half-precision, a head dim lanes can split."""
+    """A step this kernel computes, and faster than MLX: one token, or a window of up to 8 over
+    at most WIDE_MAX_SLOTS slots; half precision; a head dim the lanes can split."""
+    W = q.shape[2]
     return (
-        q.shape[2] == 1
+        (W == 1 or (W <= 8 and k.shape[2] <= WIDE_MAX_SLOTS))
         and sinks is None
         and q.dtype in (mx.bfloat16, mx.float16)
         and k.dtype == q.dtype

@@ -34,8 +34,8 @@ def by_length(q: mx.array, k: mx.array, v: mx.array, lengths: mx.array, scale: f
 @pytest.fixture
 def cuda_like(monkeypatch):
     """Backend reports MLX CUDA; the kernel is `by_length`, counted, and serves the tiny fp32
-    models' one-token steps (`serves` is tested on its own below); every model module's
-    attention function is restored afterwards."""
+    models' steps as `serves` would serve half-precision ones (tested on its own below); every
+    model module's attention function is restored afterwards."""
     calls: list[tuple[int, ...]] = []
 
     def kernel(q, k, v, lengths, scale):  # type: ignore[no-untyped-def]
@@ -44,7 +44,12 @@ def cuda_like(monkeypatch):
 
     monkeypatch.setattr(Backend, "current", classmethod(lambda cls: cls(True, False)))
     monkeypatch.setattr(attention_cuda, "ragged_window_attention", kernel)
-    monkeypatch.setattr(attention_cuda, "serves", lambda q, k, sinks: q.shape[2] == 1)
+    wide = attention_cuda.WIDE_MAX_SLOTS
+    monkeypatch.setattr(
+        attention_cuda,
+        "serves",
+        lambda q, k, sinks: q.shape[2] == 1 or (q.shape[2] <= 8 and k.shape[2] <= wide),
+    )
     for name in ("qwen3", "gemma3_text"):
         module = sys.modules.get(f"mlx_lm.models.{name}")
         if module is not None:
@@ -57,8 +62,8 @@ def test_ragged_one_token_steps_attend_by_length_and_match_mlx_lm(cuda_like):
     """A batch of ragged rows, decoded plainly, and with an MTP head whose depth cap changes
     round by round (2, 0, 0, 3, 0, 1, ...): a plain round right after a drafting one runs while
     the host knows only upper bounds of the rows' lengths, so the kernel must read the device's
-    exact ones. One-token steps, and only those, go to the kernel (a lone row's too while its
-    host length is a bound); the tokens are mlx-lm's."""
+    exact ones. One-token steps go to the kernel (a lone row's too while its host length is a
+    bound), and windows of a few tokens over short contexts; the tokens are mlx-lm's."""
     from workers.depth_policy import DepthPolicy
 
     schedule = [2, 0, 0, 3, 0, 1, 0, 0]
@@ -82,8 +87,11 @@ def test_ragged_one_token_steps_attend_by_length_and_match_mlx_lm(cuda_like):
         for o, ref in zip(outs, refs):
             assert_matches(o.tokens, ref, f"routed attention, drafter {drafter}")
         assert cuda_like, "no step was routed to the kernel"
-        assert all(shape[2] == 1 for shape in cuda_like), cuda_like
-        assert any(shape[0] > 1 for shape in cuda_like), cuda_like
+        assert any(shape[0] > 1 and shape[2] == 1 for shape in cuda_like), cuda_like
+        if drafter is None:
+            assert all(shape[2] == 1 for shape in cuda_like), cuda_like
+        else:  # verify windows and the head's steps, over short contexts
+            assert any(shape[2] > 1 for shape in cuda_like), cuda_like
 
 
 def test_sliding_window_layers_never_take_the_kernel(cuda_like):
@@ -96,12 +104,17 @@ def test_sliding_window_layers_never_take_the_kernel(cuda_like):
     assert not cuda_like, cuda_like
 
 
-def test_the_kernel_serves_half_precision_one_token_steps_of_lane_sized_heads():
-    def ask(W: int = 1, D: int = 128, dtype=mx.bfloat16, hq: int = 32, hk: int = 8) -> bool:
-        q, k = mx.zeros((2, hq, W, D), dtype), mx.zeros((2, hk, 40, D), dtype)
+def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_faster():
+    def ask(
+        W: int = 1, D: int = 128, dtype=mx.bfloat16, hq: int = 32, hk: int = 8, S: int = 40
+    ) -> bool:
+        q, k = mx.zeros((2, hq, W, D), dtype), mx.zeros((2, hk, S, D), dtype)
         return attention_cuda.serves(q, k, None)
 
-    assert ask() and ask(D=64) and ask(dtype=mx.float16) and ask(hq=8)
-    assert not ask(W=2) and not ask(D=80) and not ask(dtype=mx.float32) and not ask(hq=12)
+    wide = attention_cuda.WIDE_MAX_SLOTS
+    assert ask() and ask(D=64) and ask(dtype=mx.float16) and ask(hq=8) and ask(S=4 * wide)
+    assert ask(W=5) and ask(W=8, S=wide)
+    assert not ask(W=5, S=wide + 1) and not ask(W=9)
+    assert not ask(D=80) and not ask(dtype=mx.float32) and not ask(hq=12)
     q = mx.zeros((2, 32, 1, 128), mx.bfloat16)
     assert not attention_cuda.serves(q, mx.zeros((2, 8, 40, 128), mx.bfloat16), mx.zeros(32))
