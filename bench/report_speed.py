@@ -97,6 +97,26 @@ def lone_row_section(results: list[dict]) -> list[str]:
     return out + [""]
 
 
+def ragged_window_section(res: dict | None) -> list[str]:
+    """Verify windows through the kernel against one-token routing only (ragged_window_ab)."""
+    if not res:
+        return []
+    out = [
+        "Speculative decoding with windows of up to 8 tokens over at most "
+        f"{res['wide_max_slots']} slots also routed to the kernel, against one-token steps only "
+        "(`python -m bench.ragged_window_ab`, H200, same process, medians of 3 passes):",
+        "",
+        "| configuration | windows routed ÷ one-token only | ÷ BG, windows routed | ÷ BG, one-token only |",
+        "|---|---|---|---|",
+    ]
+    for key, row in res["rows"].items():
+        out.append(
+            f"| {key} | {row['wide_over_one_token']:.2f} | {row['wide_over_bg']:.2f} | "
+            f"{row['one_token_over_bg']:.2f} |"
+        )
+    return out + [""]
+
+
 def ragged_attention_section(res: dict | None, engine: dict | None = None) -> list[str]:
     """The CUDA ragged attention kernel against MLX's masked attention (bench/ragged_attention),
     and plain decoding with the route on and off (bench/ragged_route.py)."""
@@ -145,6 +165,7 @@ def speed_section(
     lone_row: list[dict] | None = None,
     ragged: dict | None = None,
     ragged_engine: dict | None = None,
+    ragged_window: dict | None = None,
 ) -> list[str]:
     out = ["## Speed (issue 11): pipelined rounds", ""]
     if engine_cpu:
@@ -155,4 +176,5 @@ def speed_section(
         out += engine_ratios(engine_gpu, "Embedded default model, GPU")
     for run, one in enumerate(gpu or [], start=1):
         out += gpu_section(one, plot, run)
-    return out + lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)
+    out += lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)
+    return out + ragged_window_section(ragged_window)
