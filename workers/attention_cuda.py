@@ -15,8 +15,9 @@ head's query rows in one block, and splitting keys across blocks, still lost at 
 1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
 
 Routing: `install` replaces `scaled_dot_product_attention` in the modules of a model's
-attention layers (mlx-lm imports it by name into each model file) with `route`, which sends a
-`RaggedKVCache` one-token step here and everything else to mlx-lm's own function unchanged.
+attention layers (mlx-lm imports it by name into each model file) with `route`, which sends
+a `RaggedKVCache` step that `serves` accepts here and everything else to mlx-lm's own function
+unchanged.
 The cache still builds its mask, so a layer this module did not patch stays correct.
 """
 
