@@ -20,7 +20,7 @@ class CacheOwner(Protocol):
     lengths_mx: mx.array  # [B] int32, exact committed tokens per row (device)
     window_valid: np.ndarray  # [B] real tokens in the current window (the rest is padding)
     window_valid_mx: mx.array  # [B] int32, the same on the device
-    kernel_attention: bool  # one-token steps may attend by length (workers/attention_cuda.py)
+    kernel_attention: bool  # steps may attend by row length (workers/attention_cuda.py)
 
     def window_end(self, W: int) -> int: ...
 

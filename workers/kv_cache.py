@@ -226,8 +226,9 @@ class BatchCache:
         # computes at ~12 ns each: spans of 128 made a 140-token prompt's prefill attend 256
         # slots, and a B=16 decode step ~1.4 ms dearer (2-core CPU, default model).
         self.span = SPAN if Backend.current().builds_per_shape else 1
-        # One-token steps attend through workers/attention_cuda.py (MLX CUDA), with the rows'
-        # lengths instead of the mask; off for a model with sliding-window layers.
+        # Steps `attention_cuda.serves` accepts (one token; a short window over few slots)
+        # attend through that kernel on MLX CUDA, with the rows' lengths instead of the mask;
+        # off for a model with sliding-window layers.
         self.kernel_attention = Backend.current().builds_per_shape
         self._refresh()
 
@@ -276,8 +277,9 @@ class BatchCache:
     def reads_exact_row(self, W: int) -> bool:
         """A one-token step of a lone row whose host length is exact: attention reads exactly
         its valid slots, so it needs no mask. Unmasked, attention takes the kernels mlx-lm's
-        decode takes (MLX CUDA's vector SDPA refuses array masks; on this project's 2-core CPU
-        the mask cost 5% of a step of the default model, a plain B=1 step 1.05x mlx-lm's)."""
+        decode takes: MLX CUDA's vector SDPA refuses array masks (H200, plain B=1: 1.41-1.59x
+        faster). On this project's 2-core CPU the mask was 5% of a synced step of the default
+        model, hidden in the pipelined engine (no gain measured there)."""
         return W == 1 and self.num_rows == 1 and self.exact and int(self.window_valid[0]) == 1
 
     def window_slots(self, W: int) -> mx.array:
