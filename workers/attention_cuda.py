@@ -95,7 +95,7 @@ def ragged_window_attention(
     q: mx.array,  # [B, Hq, W, D], RoPE applied
     k: mx.array,  # [B, Hk, S, D], may be a slice of a longer slot axis
     v: mx.array,  # [B, Hk, S, D]
-    lengths: mx.array,  # [B] int32: row r's committed tokens before the window
+    lengths: mx.array,  # [B] int32 (BatchCache.lengths_mx): row r's tokens before the window
     scale: float,
 ) -> mx.array:
     """[B, Hq, W, D]: window query i of row r attends slots [0, lengths[r] + i]."""
@@ -112,7 +112,7 @@ def ragged_window_attention(
     if scale not in _scales:
         _scales[scale] = mx.array([scale], mx.float32)
     return _kernel(
-        inputs=[mx.contiguous(q), k, v, lengths.astype(mx.int32), _scales[scale]],
+        inputs=[mx.contiguous(q), k, v, lengths, _scales[scale]],
         template=[
             ("T", q.dtype),
             ("W", W),

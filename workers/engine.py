@@ -177,29 +177,10 @@ class Engine:
         return stats
 
     def info(self) -> EngineInfo:
-        prefilling = self._prefill.rows if self._prefill else []
-        return EngineInfo(
-            model_id=self.config.model_id,
-            vocab_size=self.vocab_size,
-            max_context=self.max_context,
-            drafter=getattr(self.drafter, "name", "none"),
-            draft_depth=self.config.draft_depth,
-            max_batch_size=self.config.max_batch_size,
-            num_running=len(self.rows),
-            num_waiting=len(self.waiting) + len(self._inbox) + len(prefilling),
-            free_slots=max(
-                0,
-                self.config.max_batch_size - len(self.rows) - len(self.waiting) - len(prefilling),
-            ),
-            kv_budget_tokens=self.kv_budget,
-            kv_used_tokens=sum(self._reserve(r) for r in self.rows + prefilling),
-            eos_token_ids=sorted(self.eos_ids),
-            prefix_cache_tokens=self.prefix_cache.capacity_tokens
-            if self.prefix_cache.enabled
-            else 0,
-            prefix_cache_used_tokens=self.prefix_cache.used_tokens,
-            prefix_cache_state=self.prefix_cache.disabled_reason or "on",
-        )
+        """Capacity and load as the scheduler reads them (workers/engine_info.py)."""
+        from workers.engine_info import engine_info
+
+        return engine_info(self)
 
     def generate(
         self,
