@@ -1,0 +1,322 @@
+"""GPU experiment: a skinny-M matmul kernel of our own against MLX's matmul, per call and in
+whole forwards. It lost, so the engine does not use it; this script keeps the measurement.
+
+    python -m bench.skinny_matmul --out F.json [--variants 4x4,2x4,8x4] [--rows 1,2,5,8,40]
+
+The idea: a B=1 verify of 5 tokens cost 1.5-1.8x a decode step on an H200, and MLX CUDA takes
+a gemv at 1 row but a GEMM from 2 rows on. A kernel that streams each weight row once for up to
+8 rows of x (fp32 accumulation, each lane's 8-element slices in k order, then a fixed shuffle
+tree) would make a verify cost about a decode step, and be batch-invariant: row m's bits do not
+depend on the other rows.
+
+1. Per call, on the ~1B and ~6B Qwen3 presets' weight shapes (bench/gpu.py), bf16: time of
+   y = x @ W.T for M rows, MLX against the kernel (rows per warp x warps per block variants),
+   cycling through enough copies of W that none stays in L2 (as a model's layers do); the
+   largest difference from an fp32 reference, MLX's beside the kernel's; and whether row 0 of
+   an M-row call equals the 1-row call bit for bit (batch invariance).
+2. Whole forwards of the random presets through the engine's ragged cache: a decode step
+   (W=1) and a verify window (W=5) at B=1 and 8, the kernel route on against off, medians of
+   interleaved passes.
+
+What it showed (H200, bench/results/skinny_matmul_h200.json): batch invariance held at every
+shape, but with weights streamed from memory MLX's GEMM at 5-8 rows costs only 1.2-1.5x its
+gemv (6.6B layer's seven weights: 310 us at M=1, 469 us at M=5), and the kernel was no faster
+at M=5 (470 us) and slower at M=8 and on 12288-wide rows; whole forwards were 22-37% slower
+with the route on at W=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+# Block of NW warps; warp w owns R consecutive weight rows (outputs n0 .. n0 + R - 1) and the
+# block's chunk of up to 8 rows of x (grid axis x). Each lane reads 8 contiguous elements
+# (16 bytes) of every owned weight row per step of 256, converts them once and multiplies them
+# into all rows of the chunk; the 32 lanes' partial sums then meet in a shuffle tree.
+_SOURCE = r"""
+  constexpr int MC = M < 8 ? M : 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int m0 = blockIdx.x * MC;
+  const int n0 = (blockIdx.y * NW + warp) * R;
+  if (n0 >= N) return;
+  float acc[MC][R];
+  #pragma unroll
+  for (int m = 0; m < MC; ++m) {
+    #pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  }
+  #pragma unroll 2
+  for (int k = lane * 8; k < K; k += 256) {
+    float wf[R][8];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (n0 + r < N) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(w + (size_t)(n0 + r) * K + k);
+        const T* h = reinterpret_cast<const T*>(&raw);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) wf[r][e] = static_cast<float>(h[e]);
+      } else {
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) wf[r][e] = 0.f;
+      }
+    }
+    #pragma unroll
+    for (int m = 0; m < MC; ++m) {
+      if (m0 + m < M) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + (size_t)(m0 + m) * K + k);
+        const T* h = reinterpret_cast<const T*>(&raw);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float xv = static_cast<float>(h[e]);
+          #pragma unroll
+          for (int r = 0; r < R; ++r) acc[m][r] = fmaf(xv, wf[r][e], acc[m][r]);
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int m = 0; m < MC; ++m) {
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float s = acc[m][r];
+      #pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+      acc[m][r] = s;
+    }
+  }
+  if (lane == 0) {
+    #pragma unroll
+    for (int m = 0; m < MC; ++m) {
+      #pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (m0 + m < M && n0 + r < N) y[(size_t)(m0 + m) * N + n0 + r] = static_cast<T>(acc[m][r]);
+      }
+    }
+  }
+"""
+MAX_ROWS = 8  # rows of x the forwards send to the kernel (0: MLX's matmul throughout)
+ROWS_PER_WARP = 4
+WARPS = 4
+_kernel: Any = None
+
+
+def skinny_matmul(
+    x: mx.array,  # [M, K], half precision, M <= MAX_ROWS in the engine's use
+    w: mx.array,  # [N, K], the same dtype (an nn.Linear weight)
+    rows_per_warp: int | None = None,
+    warps: int | None = None,
+) -> mx.array:
+    """[M, N] = x @ w.T, fp32 accumulation, each weight row read once per 8 rows of x."""
+    global _kernel
+    if _kernel is None:
+        _kernel = mx.fast.cuda_kernel(
+            name="skinny_matmul", input_names=["x", "w"], output_names=["y"], source=_SOURCE
+        )
+    R = rows_per_warp or ROWS_PER_WARP
+    NW = warps or WARPS
+    M, K = x.shape
+    N = w.shape[0]
+    chunks = -(-M // 8)
+    blocks = -(-N // (R * NW))
+    return _kernel(
+        inputs=[x, w],
+        template=[("T", x.dtype), ("M", M), ("N", N), ("K", K), ("R", R), ("NW", NW)],
+        grid=(chunks * 32 * NW, blocks, 1),
+        threadgroup=(32 * NW, 1, 1),
+        output_shapes=[(M, N)],
+        output_dtypes=[x.dtype],
+    )[0]
+
+
+def serves(w: mx.array) -> bool:
+    """A weight the kernel reads: 2-D half precision, rows a whole number of 16-byte loads."""
+    return w.ndim == 2 and w.dtype in (mx.bfloat16, mx.float16) and w.shape[1] % 8 == 0
+
+
+def _skinny(x: mx.array, w: mx.array) -> mx.array | None:
+    """x @ w.T through the kernel when x has few rows, else None."""
+    K = x.shape[-1]
+    M = x.size // K if K else 0
+    if not 0 < M <= MAX_ROWS or x.dtype != w.dtype:
+        return None
+    y = skinny_matmul(x.reshape(M, K), w)
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+class SkinnyLinear(nn.Linear):
+    def __call__(self, x: mx.array) -> mx.array:
+        y = _skinny(x, self["weight"])
+        if y is None:
+            return super().__call__(x)
+        return y + self["bias"] if "bias" in self else y
+
+
+class SkinnyEmbedding(nn.Embedding):
+    def as_linear(self, x: mx.array) -> mx.array:
+        y = _skinny(x, self["weight"])
+        return super().as_linear(x) if y is None else y
+
+
+def install(model: nn.Module) -> int:
+    """Switch `model`'s plain linear layers and embeddings to the kernel route."""
+    switched = 0
+    for _, module in model.named_modules():
+        if type(module) is nn.Linear and serves(module["weight"]):
+            module.__class__ = SkinnyLinear
+        elif type(module) is nn.Embedding and serves(module["weight"]):
+            module.__class__ = SkinnyEmbedding
+        else:
+            continue
+        switched += 1
+    return switched
+
+
+PRESETS = {"1b": (2048, 16), "6b": (4096, 32)}
+L2_BYTES = 64 << 20  # more than an H100's or H200's L2 (50-60 MB)
+
+
+def shapes(hidden: int) -> dict[str, tuple[int, int]]:
+    """(N, K) of each weight of bench/gpu.py's preset (kv heads = hidden / 256, head dim 128)."""
+    return {
+        "q/o": (hidden, hidden),
+        "k/v": (hidden // 2, hidden),
+        "gate/up": (3 * hidden, hidden),
+        "down": (hidden, 3 * hidden),
+        "lm_head": (32000, hidden),
+    }
+
+
+def time_calls(fn, xs: list[mx.array], ws: list[mx.array], reps: int) -> float:
+    """Seconds per call over `reps` sweeps of the weight copies, graphs evaluated per sweep."""
+    for _ in range(2):
+        mx.eval([fn(x, w) for x, w in zip(xs, ws)])
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        mx.eval([fn(x, w) for x, w in zip(xs, ws)])
+    return (time.perf_counter() - t0) / (reps * len(ws))
+
+
+def per_call(rows: list[int], variants: list[tuple[int, int]], reps: int) -> list[dict]:
+    out = []
+    for preset, (hidden, _) in PRESETS.items():
+        for name, (N, K) in shapes(hidden).items():
+            copies = max(2, -(-L2_BYTES // (N * K * 2)))
+            ws = [(mx.random.normal((N, K)) * 0.02).astype(mx.bfloat16) for _ in range(copies)]
+            mx.eval(ws)
+            one = None
+            for M in rows:
+                x = mx.random.normal((M, K)).astype(mx.bfloat16)
+                xs = [x] * copies
+                ref = x.astype(mx.float32) @ ws[0].astype(mx.float32).T
+                mlx_y = x @ ws[0].T
+                row = {"preset": preset, "weight": name, "N": N, "K": K, "M": M}
+                row["mlx_us"] = 1e6 * time_calls(lambda a, b: a @ b.T, xs, ws, reps)
+                row["mlx_err"] = float(mx.abs(mlx_y.astype(mx.float32) - ref).max())
+                for R, NW in variants:
+                    y = skinny_matmul(x, ws[0], R, NW)
+                    key = f"k{R}x{NW}"
+                    row[key + "_us"] = 1e6 * time_calls(
+                        lambda a, b, R=R, NW=NW: skinny_matmul(a, b, R, NW), xs, ws, reps
+                    )
+                    row[key + "_err"] = float(mx.abs(y.astype(mx.float32) - ref).max())
+                y0 = skinny_matmul(x[:1], ws[0])
+                if M == 1:
+                    one = y0
+                row["row0_bitwise"] = bool(mx.array_equal(skinny_matmul(x, ws[0])[:1], y0))
+                best = min(row[f"k{R}x{NW}_us"] for R, NW in variants)
+                print(
+                    f"{preset} {name:8s} M={M:2d}  mlx {row['mlx_us']:7.1f}  best kernel "
+                    f"{best:7.1f} us  ({row['mlx_us'] / best:4.2f}x)  err {row['mlx_err']:.4f}/"
+                    f"{row[f'k{variants[0][0]}x{variants[0][1]}_err']:.4f}  "
+                    f"row0==alone {row['row0_bitwise']}",
+                    flush=True,
+                )
+                out.append(row)
+            del ws, one
+    return out
+
+
+def forwards(presets: list[str], repeats: int) -> list[dict]:
+    global MAX_ROWS
+    from bench.gpu import qwen3_model
+    from workers.forward import forward_window, pad_windows, prefill
+    from workers.kv_cache import BatchCache
+
+    out = []
+    for preset in presets:
+        model, n = qwen3_model(*PRESETS[preset])
+        switched = install(model)
+        rng = np.random.default_rng(0)
+        cells = {}
+        for B in (1, 8):
+            for W in (1, 5):
+                cache = BatchCache.for_model(model, B)
+                prefill(model, cache, [rng.integers(0, 32000, 128).tolist() for _ in range(B)], 512)
+                tokens, valid = pad_windows([rng.integers(0, 32000, W).tolist() for _ in range(B)])
+                cells[(B, W)] = (cache, tokens, valid)
+        times: dict[str, list[float]] = {}
+        for rep in range(repeats + 1):
+            for (B, W), (cache, tokens, valid) in cells.items():
+                for mode in ("on", "off"):
+                    MAX_ROWS = 8 if mode == "on" else 0
+                    mx.eval(forward_window(model, cache, tokens, valid))
+                    t0 = time.perf_counter()
+                    for _ in range(10):
+                        mx.eval(forward_window(model, cache, tokens, valid))
+                    if rep:
+                        times.setdefault(f"{B},{W},{mode}", []).append(
+                            (time.perf_counter() - t0) / 10
+                        )
+        for B, W in cells:
+            on = float(np.median(times[f"{B},{W},on"]))
+            off = float(np.median(times[f"{B},{W},off"]))
+            row = {"preset": preset, "params": n, "switched": switched, "B": B, "W": W,
+                   "on_ms": 1e3 * on, "off_ms": 1e3 * off, "off_over_on": off / on}  # fmt: skip
+            print(f"{preset} B={B} W={W}: on {1e3 * on:.2f} ms, off {1e3 * off:.2f} ms, "
+                  f"off/on {off / on:.2f}", flush=True)  # fmt: skip
+            out.append(row)
+        for B in (1, 8):
+            for mode in ("on", "off"):
+                ratio = med(times, B, 5, mode) / med(times, B, 1, mode)
+                print(f"{preset} B={B} verify(5)/decode, route {mode}: {ratio:.2f}", flush=True)
+        del model, cells
+        mx.clear_cache()
+    return out
+
+
+def med(times: dict, B: int, W: int, mode: str) -> float:
+    return float(np.median(times[f"{B},{W},{mode}"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/out/skinny_matmul.json")
+    ap.add_argument("--rows", default="1,2,4,5,8,16,40")
+    ap.add_argument("--variants", default="4x4,2x4,8x4,4x8,1x4")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--presets", default="1b,6b")
+    ap.add_argument("--skip-calls", action="store_true")
+    args = ap.parse_args()
+    variants = [tuple(int(v) for v in s.split("x")) for s in args.variants.split(",")]
+    rows = [int(r) for r in args.rows.split(",")]
+    res = {"device": str(mx.default_device()), "platform": platform.platform(),
+           "mlx": mx.__version__}  # fmt: skip
+    if not args.skip_calls:
+        res["per_call"] = per_call(rows, variants, args.reps)  # type: ignore[arg-type]
+    res["forwards"] = forwards(args.presets.split(","), args.repeats)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
