@@ -50,8 +50,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
-REALIZED_ROUNDS = 16  # recent live rounds per shape whose delivered tokens/s can veto drafting
-VETO_ROUNDS = 6  # rounds of both shapes before their delivered rates are compared
 
 
 def expected_tokens(cond_accept: np.ndarray, depth: int) -> float:
@@ -117,9 +115,6 @@ class DepthPolicy:
     _explored_at: int = -1  # round whose exploration cost is already counted
     _warm: dict = field(default_factory=dict)  # (B, k) -> the warm-up's median seconds
     _warm_error: dict = field(default_factory=dict)  # (B, k) -> that median's relative error
-    # (B, k) -> recent live rounds' (tokens emitted, seconds): what a depth delivered, rows
-    # that could not draft (just joined, at their token limit) and slow rounds included.
-    _realized: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -152,10 +147,6 @@ class DepthPolicy:
             if self._count[(B, k)] == 2:  # the shape's second round: what its first cost more
                 self._build.append(max(0.0, self._worst[(B, k)] - step_time_s))
             self._rows.append((B, k, step_time_s))
-            tokens = B + float(np.sum(num_accepted))
-            self._realized.setdefault((B, k), deque(maxlen=REALIZED_ROUNDS)).append(
-                (tokens, step_time_s)
-            )
         else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
             self._seen.add((B, k))
         while len(self._rows) > self.window:
@@ -260,30 +251,8 @@ class DepthPolicy:
         best = max(self.depths(), key=lambda j: rates[j])
         if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
             best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
-        elif not self._delivered(batch_size, best):
-            best = 0
         self._chosen[batch_size] = (self._rounds, best)
         return best
-
-    def _delivered(self, batch_size: int, k: int) -> bool:
-        """False when depth k's recent live rounds at this batch size delivered fewer tokens per
-        second than plain rounds there (or, with few of those lately, the model's plain round)
-        by more than half of `min_gain`; True with fewer than VETO_ROUNDS drafting rounds. The
-        model predicts from per-position acceptance and median costs; what a round delivers
-        also counts the rows that drafted nothing (joined last round, at their token limit)
-        and the mean cost. On two CPU cores at B=16 the model put depth 1
-        16% ahead of plain while its rounds delivered 1.65 tokens per row at 1.6x plain's
-        cost, and a batch job that followed it ran 0.84x plain."""
-        drafted = self._realized.get((batch_size, k), ())
-        if len(drafted) < VETO_ROUNDS:
-            return True
-        rate = sum(t for t, _ in drafted) / max(sum(s for _, s in drafted), 1e-12)
-        plain = self._realized.get((batch_size, 0), ())
-        if len(plain) >= LIVE_ROUNDS:
-            base = sum(t for t, _ in plain) / max(sum(s for _, s in plain), 1e-12)
-        else:  # few plain rounds at this size lately: the model's cost of one
-            base = batch_size / max(float(self.round_costs(batch_size)[0]), 1e-12)
-        return rate >= (1 + self.min_gain / 2) * base
 
     @property
     def hopeless(self) -> bool:
@@ -302,7 +271,6 @@ class DepthPolicy:
         self._warm = self._cell_medians()
         self._warm_error = {cell: self._median_error(*cell) for cell in self._warm}
         self._rows.clear()  # live medians start from live rounds (see `_cells`)
-        self._realized.clear()  # and so does what rounds delivered
         weight = min(1.0, self.min_evidence / max(float(self._tried[0]), 1.0))
         self._tried *= weight
         self._hit *= weight

@@ -176,26 +176,6 @@ def test_a_thin_predicted_gain_keeps_the_policy_on_plain_decoding():
     assert policy.choose(16) == 0
 
 
-@pytest.mark.parametrize("drafting_rows", [10, 16])
-def test_drafting_must_deliver_what_the_model_predicts(drafting_rows):
-    """Per-position acceptance counts only the rows that drafted. Here 10 of 16 rows draft per
-    round (rows just joined, rows at their token limit) and every draft is accepted, at 1.6x
-    plain's cost: the model predicts depth 1 at 1.25x plain's rate, its rounds deliver 1.6
-    tokens per row, 1.02x plain. The policy decodes plainly there; where all 16 rows draft the
-    rounds deliver the 1.25x and it drafts."""
-    B = 16
-    policy = DepthPolicy(max_depth=1, explore_every=0)
-    policy.end_warm_up([B])  # this bucket's warm-up is done: the live rounds below decide
-    counts = np.array([1] * drafting_rows + [0] * (B - drafting_rows))
-    for _ in range(8):
-        policy.observe(np.zeros(B, dtype=int), np.zeros(B, dtype=int), 0.024)
-    for _ in range(8):
-        policy.observe(counts, counts, 0.0384)
-    rates = policy._rates(B)
-    assert rates[1] > 1.2 * rates[0]  # the model alone would draft
-    assert policy.choose(B) == (1 if drafting_rows == B else 0)
-
-
 def test_drafting_is_weighed_against_plain_measured_at_the_same_batch_size():
     """Rows arriving one by one: the warm-up runs at B <= 2, where drafting pays, then the batch
     fills to 16 on a compute-bound machine, where it does not. Seen on the CPU: plain at B = 16
