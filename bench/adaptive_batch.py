@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default="bench/results/adaptive_batch_cpu.json")
+    ap.add_argument(
+        "--configs", default="plain,mtp_adaptive,mtp_depth1",
+        help="also: mtp_adaptive_no_explore (explore_every=0), mtp_held_at_0 (the policy forced "
+        "to depth 0: what having the MTP head attached costs)",
+    )  # fmt: skip
     args = ap.parse_args()
     prompts = heldout_prompts(args.prompts)
     sp = SamplingParams(max_tokens=args.max_tokens)
@@ -40,11 +46,23 @@ def main() -> None:
             None, drafter=drafter, max_batch_size=args.batch_size, prefix_cache_tokens=-1, **kw
         )
 
-    engines = {
-        "plain": make(None),
-        "mtp_adaptive": make("mtp", draft_depth=3, adaptive_depth=True),
-        "mtp_depth1": make("mtp", draft_depth=1),
-    }
+    def configured(name: str) -> Engine:
+        if name == "plain":
+            return make(None)
+        if name == "mtp_depth1":
+            return make("mtp", draft_depth=1)
+        engine = make("mtp", draft_depth=3, adaptive_depth=True)
+        policy = engine.depth_policy
+        assert policy is not None
+        if name == "mtp_adaptive_no_explore":
+            policy.explore_every = 0
+        elif name == "mtp_held_at_0":
+            policy.forced = 0
+        elif name != "mtp_adaptive":
+            raise SystemExit(f"--configs: unknown configuration {name!r}")
+        return engine
+
+    engines = {name: configured(name) for name in args.configs.split(",")}
     for e in engines.values():
         e.generate(prompts[: args.batch_size], sp)  # warm-up job (not timed)
     runs: dict[str, list[dict]] = {name: [] for name in engines}
@@ -66,7 +84,7 @@ def main() -> None:
     result = {
         "machine": f"{platform.machine()} {os.cpu_count()} cores, {os.environ.get('LD_PRELOAD', 'no BLAS preload')}",
         "command": f"python -m bench.adaptive_batch --prompts {args.prompts} --batch-size "
-        f"{args.batch_size} --repeats {args.repeats}",
+        f"{args.batch_size} --repeats {args.repeats} --configs {args.configs}",
         "runs": runs,
         "speed_vs_plain": {
             name: [round(p / r["seconds"], 3) for p, r in zip(plain, rs)]
@@ -76,6 +94,8 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result["speed_vs_plain"]))
+    for name, ratios in result["speed_vs_plain"].items():
+        print(f"{name}: median {statistics.median(ratios):.3f} ÷ plain over {len(ratios)} pairs")
 
 
 if __name__ == "__main__":
