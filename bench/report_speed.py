@@ -156,34 +156,39 @@ def ragged_attention_section(res: dict | None, engine: dict | None = None) -> li
     return out + [""]
 
 
-def skinny_matmul_section(res: dict | None) -> list[str]:
-    """The skinny-M matmul kernel experiment against MLX's matmul (bench/skinny_matmul.py)."""
-    if not res:
-        return []
-    out = [
-        "**A skinny-M matmul kernel, tried and not used** (`python -m bench.skinny_matmul`, "
-        "NVIDIA H200, bf16, weights streamed from memory; us per call, MLX against the best "
-        "kernel variant; `row 0 alone` is whether row 0 of an M-row call equals the 1-row call "
-        "bit for bit):",
-        "",
-        "| preset | weight | N x K | M | MLX | kernel | row 0 alone |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in res.get("per_call", []):
-        best = min(v for k, v in r.items() if k.startswith("k") and k.endswith("_us"))
-        out.append(
-            f"| {r['preset']} | {r['weight']} | {r['N']} x {r['K']} | {r['M']} | "
-            f"{r['mlx_us']:.1f} | {best:.1f} | {r['row0_bitwise']} |"
-        )
-    out += ["", "Whole forwards through the ragged cache, kernel route on against off (ms, "
-            "medians of 3 interleaved passes):", "",
-            "| preset | B | W | route on | route off | off ÷ on |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in res.get("forwards", []):
-        out.append(
-            f"| {r['preset']} | {r['B']} | {r['W']} | {r['on_ms']:.2f} | {r['off_ms']:.2f} | "
-            f"{r['off_over_on']:.2f} |"
-        )
-    return out + [""]
+def skinny_matmul_section(results: list[dict]) -> list[str]:
+    """The skinny-M matmul kernel experiments against MLX's matmul (bench/skinny_matmul.py):
+    the CUDA-core kernel ('RxNW' variants) and the tensor-core one ('tcS')."""
+    out: list[str] = []
+    for res in results:
+        calls = res.get("per_call", [])
+        kinds = sorted({k[:-3] for r in calls for k in r if k.endswith("_us") and k != "mlx_us"})
+        out += [
+            f"**A skinny-M matmul kernel, tried and not used** (`python -m bench.skinny_matmul`, "
+            f"variants {', '.join(kinds)}; NVIDIA H200, bf16, weights streamed from memory; us "
+            "per call, MLX against the best variant; `row 0 alone` is whether row 0 of an M-row "
+            "call equals the 1-row call bit for bit):",
+            "",
+            "| preset | weight | N x K | M | MLX | best variant | row 0 alone |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in calls:
+            best = min(kinds, key=lambda k: r[k + "_us"])
+            alone = r.get("row0_bitwise", all(r.get(k + "_row0_bitwise", False) for k in kinds))
+            out.append(
+                f"| {r['preset']} | {r['weight']} | {r['N']} x {r['K']} | {r['M']} | "
+                f"{r['mlx_us']:.1f} | {r[best + '_us']:.1f} ({best}) | {alone} |"
+            )
+        out += ["", f"Whole forwards through the ragged cache, route to {res.get('route', '4x4')} "
+                "on against off (ms, medians of 3 interleaved passes):", "",
+                "| preset | B | W | route on | route off | off ÷ on |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in res.get("forwards", []):
+            out.append(
+                f"| {r['preset']} | {r['B']} | {r['W']} | {r['on_ms']:.2f} | {r['off_ms']:.2f} | "
+                f"{r['off_over_on']:.2f} |"
+            )
+        out.append("")
+    return out
 
 
 def speed_section(
@@ -196,7 +201,7 @@ def speed_section(
     ragged: dict | None = None,
     ragged_engine: dict | None = None,
     ragged_window: dict | None = None,
-    skinny: dict | None = None,
+    skinny: list[dict] | None = None,
 ) -> list[str]:
     out = ["## Speed (issue 11): pipelined rounds", ""]
     if engine_cpu:
@@ -208,4 +213,4 @@ def speed_section(
     for run, one in enumerate(gpu or [], start=1):
         out += gpu_section(one, plot, run)
     out += lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)
-    return out + ragged_window_section(ragged_window) + skinny_matmul_section(skinny)
+    return out + ragged_window_section(ragged_window) + skinny_matmul_section(skinny or [])

@@ -22,7 +22,12 @@ What it showed (H200, bench/results/skinny_matmul_h200.json): batch invariance h
 shape, but with weights streamed from memory MLX's GEMM at 5-8 rows costs only 1.2-1.5x its
 gemv (6.6B layer's seven weights: 310 us at M=1, 469 us at M=5), and the kernel was no faster
 at M=5 (470 us) and slower at M=8 and on 12288-wide rows; whole forwards were 22-37% slower
-with the route on at W=1.
+with the route on at W=1. The tensor-core variant (bench/results/skinny_matmul_tc_h200.json)
+was exact and batch-invariant too, won some small shapes at 5-8 rows (1b k/v 2.6x, 1b down at
+8 rows 2.2x) but lost the large ones (6b lm_head 0.65-0.78x, down 0.76-0.94x) and every shape
+at 1 row (0.65-0.89x): it streams at ~1.7 TB/s where MLX's kernels reach ~2.6; whole forwards
+were slower with it at W=1 (0.60-0.65x) and even at W=5 (0.92-1.00x). Closing that needs a
+deeper load pipeline (cp.async, more bytes in flight per lane), not attempted.
 """
 
 from __future__ import annotations
@@ -137,6 +142,89 @@ def skinny_matmul(
     )[0]
 
 
+# The tensor-core variant ("tcS"): a block of S warps owns a 16-row tile of W and one chunk of 8
+# rows of x (the mma's n); warp w sums k over [w K/S, (w+1) K/S), then warp 0 adds the S partial
+# tiles in order. Per 32 k each lane loads 16 bytes of W row g and of row g + 8 (g = lane / 4)
+# and 16 bytes of x row g: two m16n8k16 bf16 mma. The mma's 16 logical k of lane (g, c = lane % 4)
+# are {2c, 2c+1, 2c+8, 2c+9}; they are mapped to the physical k 8c + {0..3} (first mma) and
+# 8c + {4..7} (second), the same map for W and x, so each lane's loads are contiguous.
+_TC_HEADER = r"""
+#define SKINNY_MMA(d, a0, a1, a2, a3, b0, b1) asm volatile( \
+  "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+  "{%8,%9}, {%0,%1,%2,%3};\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
+  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+"""
+_TC_SOURCE = r"""
+  constexpr int KS = K / S;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int r0 = blockIdx.y * 16, m0 = blockIdx.x * 8;
+  const bool has_x = m0 + g < M;
+  const size_t k0 = (size_t)warp * KS + c * 8;
+  const uint4* wa = reinterpret_cast<const uint4*>(w + (size_t)(r0 + g) * K + k0);
+  const uint4* wb = reinterpret_cast<const uint4*>(w + (size_t)(r0 + g + 8) * K + k0);
+  const uint4* xp = reinterpret_cast<const uint4*>(x + (size_t)(has_x ? m0 + g : 0) * K + k0);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  #pragma unroll 4
+  for (int i = 0; i < KS / 32; ++i) {
+    const uint4 a = wa[i * 4];
+    const uint4 b = wb[i * 4];
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (has_x) v = xp[i * 4];
+    SKINNY_MMA(d, a.x, b.x, a.y, b.y, v.x, v.y);
+    SKINNY_MMA(d, a.z, b.z, a.w, b.w, v.z, v.w);
+  }
+  __shared__ float part[S][32][4];
+  #pragma unroll
+  for (int j = 0; j < 4; ++j) part[warp][lane][j] = d[j];
+  __syncthreads();
+  if (warp == 0) {
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int u = 0; u < S; ++u) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] += part[u][lane][j];
+    }
+    const int n0 = m0 + 2 * c, n1 = n0 + 1;  // C fragment: rows g, g + 8; columns 2c, 2c + 1
+    if (n0 < M) { y[(size_t)n0 * N + r0 + g] = static_cast<T>(s[0]); y[(size_t)n0 * N + r0 + g + 8] = static_cast<T>(s[2]); }
+    if (n1 < M) { y[(size_t)n1 * N + r0 + g] = static_cast<T>(s[1]); y[(size_t)n1 * N + r0 + g + 8] = static_cast<T>(s[3]); }
+  }
+"""
+_tc_kernel: Any = None
+
+
+def tc_matmul(x: mx.array, w: mx.array, S: int = 4) -> mx.array:
+    """[M, N] = x @ w.T on tensor cores (bf16, fp32 accumulation); N % 16 == 0, K % (32 S) == 0."""
+    global _tc_kernel
+    if _tc_kernel is None:
+        _tc_kernel = mx.fast.cuda_kernel(
+            name="skinny_tc_matmul", input_names=["x", "w"], output_names=["y"],
+            source=_TC_SOURCE, header=_TC_HEADER,
+        )  # fmt: skip
+    M, K = x.shape
+    N = w.shape[0]
+    return _tc_kernel(
+        inputs=[x, w],
+        template=[("T", x.dtype), ("M", M), ("N", N), ("K", K), ("S", S)],
+        grid=(-(-M // 8) * 32 * S, N // 16, 1),
+        threadgroup=(32 * S, 1, 1),
+        output_shapes=[(M, N)],
+        output_dtypes=[x.dtype],
+    )[0]
+
+
+def variant(name: str):
+    """'RxNW': the CUDA-core kernel; 'tcS': the tensor-core kernel with S k-slices."""
+    if name.startswith("tc"):
+        S = int(name[2:])
+        return lambda x, w: tc_matmul(x, w, S)
+    R, NW = (int(v) for v in name.split("x"))
+    return lambda x, w: skinny_matmul(x, w, R, NW)
+
+
+ROUTE = "4x4"  # the variant the forwards route to
+
+
 def serves(w: mx.array) -> bool:
     """A weight the kernel reads: 2-D half precision, rows a whole number of 16-byte loads."""
     return w.ndim == 2 and w.dtype in (mx.bfloat16, mx.float16) and w.shape[1] % 8 == 0
@@ -148,7 +236,9 @@ def _skinny(x: mx.array, w: mx.array) -> mx.array | None:
     M = x.size // K if K else 0
     if not 0 < M <= MAX_ROWS or x.dtype != w.dtype:
         return None
-    y = skinny_matmul(x.reshape(M, K), w)
+    if ROUTE.startswith("tc") and (w.shape[0] % 16 or K % (32 * int(ROUTE[2:]))):
+        return None
+    y = variant(ROUTE)(x.reshape(M, K), w)
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
@@ -205,14 +295,13 @@ def time_calls(fn, xs: list[mx.array], ws: list[mx.array], reps: int) -> float:
     return (time.perf_counter() - t0) / (reps * len(ws))
 
 
-def per_call(rows: list[int], variants: list[tuple[int, int]], reps: int) -> list[dict]:
+def per_call(rows: list[int], variants: list[str], reps: int) -> list[dict]:
     out = []
     for preset, (hidden, _) in PRESETS.items():
         for name, (N, K) in shapes(hidden).items():
             copies = max(2, -(-L2_BYTES // (N * K * 2)))
             ws = [(mx.random.normal((N, K)) * 0.02).astype(mx.bfloat16) for _ in range(copies)]
             mx.eval(ws)
-            one = None
             for M in rows:
                 x = mx.random.normal((M, K)).astype(mx.bfloat16)
                 xs = [x] * copies
@@ -221,27 +310,23 @@ def per_call(rows: list[int], variants: list[tuple[int, int]], reps: int) -> lis
                 row = {"preset": preset, "weight": name, "N": N, "K": K, "M": M}
                 row["mlx_us"] = 1e6 * time_calls(lambda a, b: a @ b.T, xs, ws, reps)
                 row["mlx_err"] = float(mx.abs(mlx_y.astype(mx.float32) - ref).max())
-                for R, NW in variants:
-                    y = skinny_matmul(x, ws[0], R, NW)
-                    key = f"k{R}x{NW}"
-                    row[key + "_us"] = 1e6 * time_calls(
-                        lambda a, b, R=R, NW=NW: skinny_matmul(a, b, R, NW), xs, ws, reps
-                    )
-                    row[key + "_err"] = float(mx.abs(y.astype(mx.float32) - ref).max())
-                y0 = skinny_matmul(x[:1], ws[0])
-                if M == 1:
-                    one = y0
-                row["row0_bitwise"] = bool(mx.array_equal(skinny_matmul(x, ws[0])[:1], y0))
-                best = min(row[f"k{R}x{NW}_us"] for R, NW in variants)
+                for v in variants:
+                    fn = variant(v)
+                    y = fn(x, ws[0])
+                    row[v + "_us"] = 1e6 * time_calls(fn, xs, ws, reps)
+                    row[v + "_err"] = float(mx.abs(y.astype(mx.float32) - ref).max())
+                    row[v + "_row0_bitwise"] = bool(mx.array_equal(y[:1], fn(x[:1], ws[0])))
+                best = min(variants, key=lambda v: row[v + "_us"])
                 print(
-                    f"{preset} {name:8s} M={M:2d}  mlx {row['mlx_us']:7.1f}  best kernel "
-                    f"{best:7.1f} us  ({row['mlx_us'] / best:4.2f}x)  err {row['mlx_err']:.4f}/"
-                    f"{row[f'k{variants[0][0]}x{variants[0][1]}_err']:.4f}  "
-                    f"row0==alone {row['row0_bitwise']}",
+                    f"{preset} {name:8s} M={M:2d}  mlx {row['mlx_us']:7.1f}  "
+                    + "  ".join(f"{v} {row[v + '_us']:7.1f}" for v in variants)
+                    + f"  best {best} ({row['mlx_us'] / row[best + '_us']:4.2f}x)  err "
+                    f"{row['mlx_err']:.4f}/{row[best + '_err']:.4f}  row0==alone "
+                    f"{all(row[v + '_row0_bitwise'] for v in variants)}",
                     flush=True,
                 )
                 out.append(row)
-            del ws, one
+            del ws
     return out
 
 
@@ -301,18 +386,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/out/skinny_matmul.json")
     ap.add_argument("--rows", default="1,2,4,5,8,16,40")
-    ap.add_argument("--variants", default="4x4,2x4,8x4,4x8,1x4")
+    ap.add_argument("--variants", default="4x4,2x4,8x4,tc2,tc4,tc8")
+    ap.add_argument("--route", default="4x4", help="the variant whole forwards route to")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--presets", default="1b,6b")
     ap.add_argument("--skip-calls", action="store_true")
     args = ap.parse_args()
-    variants = [tuple(int(v) for v in s.split("x")) for s in args.variants.split(",")]
+    global ROUTE
+    ROUTE = args.route
+    variants = args.variants.split(",")
     rows = [int(r) for r in args.rows.split(",")]
     res = {"device": str(mx.default_device()), "platform": platform.platform(),
            "mlx": mx.__version__}  # fmt: skip
     if not args.skip_calls:
-        res["per_call"] = per_call(rows, variants, args.reps)  # type: ignore[arg-type]
+        res["per_call"] = per_call(rows, variants, args.reps)
+    res["route"] = ROUTE
     res["forwards"] = forwards(args.presets.split(","), args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))
