@@ -411,6 +411,7 @@ def main() -> None:
         [json.loads(p.read_text()) for p in sorted(RESULTS.glob("lone_row_step_*.json"))],
         load("ragged_attention_h200.json"), load("ragged_route_h200.json"),
         load("ragged_window_ab_h200.json"), [json.loads(p.read_text()) for p in sorted(RESULTS.glob("skinny_matmul*_h200.json"))],
+        load("matmul_forms_h200.json"),
     )  # fmt: skip
     out += section("report_demo", "demo_section")()
     out += section("report_demo", "stream_bound_section")()

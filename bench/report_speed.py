@@ -191,6 +191,30 @@ def skinny_matmul_section(results: list[dict]) -> list[str]:
     return out
 
 
+def matmul_forms_section(res: dict | None) -> list[str]:
+    """Which form of a skinny matmul MLX CUDA runs fastest (bench/matmul_forms.py)."""
+    if not res:
+        return []
+    forms = [k for k in res["rows"][0] if k not in ("preset", "weight", "N", "K", "M")]
+    out = [
+        "**Forms of a skinny matmul on MLX CUDA** (`python -m bench.matmul_forms`, NVIDIA H200, "
+        "bf16, weights streamed from memory; us per call):",
+        "",
+        "| preset | weight | M | " + " | ".join(f"`{f}`" for f in forms) + " |",
+        "|---|---|---|" + "---|" * len(forms),
+    ]
+    for r in res["rows"]:
+        out.append(
+            f"| {r['preset']} | {r['weight']} | {r['M']} | "
+            + " | ".join(f"{r[f]:.1f}" for f in forms)
+            + " |"
+        )
+    out += ["", "6.6B forward at B=1 with every 2-8-row linear in each form (ms, medians of 3):",
+            "", "| form, window | ms |", "|---|---|"]  # fmt: skip
+    out += [f"| {r['cell']} | {r['ms']:.2f} |" for r in res.get("forwards", [])]
+    return out + [""]
+
+
 def speed_section(
     engine_cpu: dict | None,
     engine_real: dict | None,
@@ -202,6 +226,7 @@ def speed_section(
     ragged_engine: dict | None = None,
     ragged_window: dict | None = None,
     skinny: list[dict] | None = None,
+    forms: dict | None = None,
 ) -> list[str]:
     out = ["## Speed (issue 11): pipelined rounds", ""]
     if engine_cpu:
@@ -213,4 +238,9 @@ def speed_section(
     for run, one in enumerate(gpu or [], start=1):
         out += gpu_section(one, plot, run)
     out += lone_row_section(lone_row or []) + ragged_attention_section(ragged, ragged_engine)
-    return out + ragged_window_section(ragged_window) + skinny_matmul_section(skinny or [])
+    return (
+        out
+        + ragged_window_section(ragged_window)
+        + skinny_matmul_section(skinny or [])
+        + matmul_forms_section(forms)
+    )
