@@ -1,0 +1,94 @@
+"""GPU: where a verify window's extra cost goes, part by part (6.6B random Qwen3, B=1).
+
+    python -m bench.verify_parts --out F.json
+
+The engine's forward (workers/forward.forward_window through BatchCache, the CUDA attention
+route installed) at W=1 and W=5, 128 tokens in the cache, with one part at a time replaced by
+an identity: attention, RoPE, RMSNorms, the MLP, the cache write (the window's keys and values
+not scattered into the cache; attention reads the same slots). Medians of interleaved passes; the W=5 - W=1 difference each part removes is its share
+of what a verify costs over a decode step. Prints and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+PARTS = ("full", "no_attention", "no_rope", "no_norm", "no_mlp", "no_cache_write")
+
+
+def _read_only(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+    """RaggedKVCache.update_and_fetch without the window's scatter: same shapes, stale slots."""
+    needed = self.owner.window_end(keys.shape[2])
+    return self.fetch(self.key_parts, needed), self.fetch(self.value_parts, needed)
+
+
+def main() -> None:
+    from mlx_lm.models import qwen3
+
+    from bench.gpu import PRESETS, qwen3_model
+    from workers.forward import forward_window, pad_windows, prefill
+    from workers.kv_cache import BatchCache, RaggedKVCache
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/out/verify_parts.json")
+    ap.add_argument("--preset", default="6b")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    model, _ = qwen3_model(*PRESETS[args.preset])
+    rng = np.random.default_rng(0)
+    cells = {}
+    for W in (1, 5):
+        cache = BatchCache.for_model(model, 1)  # installs the CUDA attention route
+        prefill(model, cache, [rng.integers(0, 32000, 128).tolist()], 512)
+        cells[W] = (cache, *pad_windows([rng.integers(0, 32000, W).tolist()]))
+    sdpa, rope, norm = qwen3.scaled_dot_product_attention, nn.RoPE.__call__, nn.RMSNorm.__call__
+    mlp, write = qwen3.MLP.__call__, RaggedKVCache.update_and_fetch
+    times: dict[str, list[float]] = {}
+    for rep in range(args.repeats + 1):
+        for part in PARTS:
+            if part == "no_attention":
+                qwen3.scaled_dot_product_attention = (
+                    lambda q, k, v, cache, scale, mask, sinks=None: q
+                )
+            if part == "no_rope":
+                nn.RoPE.__call__ = lambda self, x, offset=0: x  # type: ignore[method-assign]
+            if part == "no_norm":
+                nn.RMSNorm.__call__ = lambda self, x: x  # type: ignore[method-assign]
+            if part == "no_mlp":
+                qwen3.MLP.__call__ = lambda self, x: x  # type: ignore[method-assign]
+            if part == "no_cache_write":
+                RaggedKVCache.update_and_fetch = _read_only  # type: ignore[method-assign]
+            try:
+                for W, (cache, tokens, valid) in cells.items():
+                    mx.eval(forward_window(model, cache, tokens, valid))
+                    t0 = time.perf_counter()
+                    for _ in range(10):
+                        mx.eval(forward_window(model, cache, tokens, valid))
+                    if rep:
+                        times.setdefault(f"{part} W={W}", []).append(
+                            (time.perf_counter() - t0) / 10
+                        )
+            finally:
+                qwen3.scaled_dot_product_attention, nn.RoPE.__call__ = sdpa, rope  # type: ignore[method-assign]
+                nn.RMSNorm.__call__, qwen3.MLP.__call__ = norm, mlp  # type: ignore[method-assign]
+                RaggedKVCache.update_and_fetch = write  # type: ignore[method-assign]
+    rows = []
+    for part in PARTS:
+        one, five = (1e3 * float(np.median(times[f"{part} W={w}"])) for w in (1, 5))
+        rows.append({"part": part, "w1_ms": one, "w5_ms": five, "extra_ms": five - one})
+        print(
+            f"{part:15s} W=1 {one:6.2f} ms  W=5 {five:6.2f} ms  extra {five - one:5.2f}", flush=True
+        )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"device": str(mx.default_device()), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
