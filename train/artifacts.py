@@ -71,6 +71,14 @@ def _fp16(module: nn.Module, prefix: str = "") -> dict[str, mx.array]:
     return {prefix + k: v.astype(mx.float16) for k, v in flat}
 
 
+META = {"format": "mlx"}
+
+
+def save_mtp(out: Path, mtp: nn.Module) -> None:
+    """The MTP head's weights, fp16, as `mtp.*` keys in OUT/mtp.safetensors."""
+    mx.save_safetensors(str(out / "mtp.safetensors"), _fp16(mtp, "mtp."), metadata=META)
+
+
 def save_model_dir(
     out: Path,
     model: nn.Module,
@@ -87,10 +95,9 @@ def save_model_dir(
         # train/mtp_chain.py feeds the head pre-final-norm hiddens and chains its pre-`mtp.norm`
         # output; checkpoints without this key are read as Qwen3.5's post-norm convention.
         config = {**config, "specfleet_mtp_hidden": "pre_norm"}
-    meta = {"format": "mlx"}
-    mx.save_safetensors(str(out / "model.safetensors"), _fp16(model), metadata=meta)
+    mx.save_safetensors(str(out / "model.safetensors"), _fp16(model), metadata=META)
     if mtp is not None:
-        mx.save_safetensors(str(out / "mtp.safetensors"), _fp16(mtp, "mtp."), metadata=meta)
+        save_mtp(out, mtp)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if tokenizer is None:
         return

@@ -231,30 +231,7 @@ def train_all(
     times = {"target_s": time.time() - t0}
     target.freeze()
 
-    tcfg["mtp_num_hidden_layers"] = 1
-    tcfg["specfleet_mtp_hidden"] = "pre_norm"  # chain_forward trains on the pre-norm hidden
-    mtp = MTPHead(MTPArgs.from_target_config(tcfg))
-    mx.eval(mtp.parameters())
-    D = cfg.mtp_depth
-    weights = [1.0, 0.6, 0.4, 0.3][:D]
-
-    def mtp_loss(batch: mx.array) -> mx.array:
-        # batch [B, T+1]: h_t for t < N = T+1-D-... ; teacher = target's own distributions.
-        T = batch.shape[1] - 1
-        N = T - D
-        h, logits = target_hidden_and_logits(target, batch[:, :T])
-        h, probs = mx.stop_gradient(h), mx.stop_gradient(mx.softmax(logits, axis=-1))
-        e = mx.stop_gradient(embed(target, batch[:, 1 : N + D]))  # e(x_1..x_{N+D-1})
-        outs = chain_forward(mtp, h[:, :N], e, D)
-        total = mx.array(0.0)
-        for d, (w, o) in enumerate(zip(weights, outs, strict=True), start=1):
-            total = total + w * soft_ce(lm_head(target, o), probs[:, d : d + N])
-        return total / sum(weights)
-
-    t0 = time.time()
-    batches = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, seed + 2)
-    ml = fit("mtp", mtp, mtp_loss, batches, cfg.mtp_steps, cfg.mtp_lr, log, cfg.weight_decay)
-    times["mtp_s"] = time.time() - t0
+    mtp, ml, times["mtp_s"] = train_mtp(cfg, target, tcfg, stream, log)
 
     # The draft learns from the target as shipped (fp16-rounded), so `--stage draft` on a saved
     # target reproduces this stage exactly.
@@ -286,6 +263,71 @@ def train_all(
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     log(f"done in {times['total_s']:.0f}s: {json.dumps(summary['final_loss'])}")
     return summary
+
+
+def train_mtp(
+    cfg: TrainConfig,
+    target: nn.Module,
+    tcfg: dict[str, Any],
+    stream: np.ndarray,
+    log: Callable[[str], None],
+) -> tuple[MTPHead, list[float], float]:
+    """The MTP head, distilled from the frozen target's own next-token distributions at depths
+    1..mtp_depth with the chained, inference-shaped attention of train/mtp_chain.py: (head,
+    losses, seconds). Sets the head's fields in `tcfg` (the target's config)."""
+    tcfg["mtp_num_hidden_layers"] = 1
+    tcfg["specfleet_mtp_hidden"] = "pre_norm"  # chain_forward trains on the pre-norm hidden
+    mtp = MTPHead(MTPArgs.from_target_config(tcfg))
+    mx.eval(mtp.parameters())
+    D = cfg.mtp_depth
+    weights = [1.0, 0.6, 0.4, 0.3][:D]
+
+    def mtp_loss(batch: mx.array) -> mx.array:
+        # batch [B, T+1]: h_t for t < N = T+1-D-... ; teacher = target's own distributions.
+        T = batch.shape[1] - 1
+        N = T - D
+        h, logits = target_hidden_and_logits(target, batch[:, :T])
+        h, probs = mx.stop_gradient(h), mx.stop_gradient(mx.softmax(logits, axis=-1))
+        e = mx.stop_gradient(embed(target, batch[:, 1 : N + D]))  # e(x_1..x_{N+D-1})
+        outs = chain_forward(mtp, h[:, :N], e, D)
+        total = mx.array(0.0)
+        for d, (w, o) in enumerate(zip(weights, outs, strict=True), start=1):
+            total = total + w * soft_ce(lm_head(target, o), probs[:, d : d + N])
+        return total / sum(weights)
+
+    t0 = time.time()
+    batches = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, cfg.seed + 2)
+    losses = fit("mtp", mtp, mtp_loss, batches, cfg.mtp_steps, cfg.mtp_lr, log, cfg.weight_decay)
+    return mtp, losses, time.time() - t0
+
+
+def retrain_mtp(
+    cfg: TrainConfig, out: Path, log: Callable[[str], None], data: Corpus | None = None
+) -> None:
+    """`--stage mtp`: re-run only the MTP head's stage against the target saved in OUT/target
+    (as shipped: fp16 weights, run in fp32), and update train_summary.json."""
+    from mlx_lm.utils import load_model  # the weights alone: no tokenizer libraries needed
+
+    target = load_model(out / "target")[0]
+    target.set_dtype(mx.float32)
+    target.freeze()
+    if data is None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(out / "target" / "tokenizer.json"))
+        data = build_corpus(tok, *split_sources(cfg))
+    tcfg = json.loads((out / "target" / "config.json").read_text())
+    mtp, losses, secs = train_mtp(cfg, target, tcfg, data.train, log)
+    artifacts.save_mtp(out / "target", mtp)
+    summary_path = out / "train_summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["config"].update({k: v for k, v in asdict(cfg).items() if k.startswith("mtp_")})
+    summary["final_loss"]["mtp"] = float(np.mean(losses[-25:]))
+    wall = summary["wall_time_s"]
+    wall["total_s"] = round(wall["total_s"] - wall["mtp_s"] + secs, 1)
+    wall["mtp_s"] = round(secs, 1)
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"MTP head retrained in {secs:.0f}s: loss {summary['final_loss']['mtp']:.3f}")
 
 
 def train_draft(
@@ -345,8 +387,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("workers/default_model"))
     p.add_argument(
-        "--stage", choices=["all", "draft"], default="all",
-        help="all: every stage; draft: only the draft, distilled from OUT/target",
+        "--stage", choices=["all", "draft", "mtp"], default="all",
+        help="all: every stage; draft / mtp: only the draft model / the MTP head, distilled "
+        "from OUT/target",
     )  # fmt: skip
     p.add_argument("--tokenizer", type=Path, help="reuse this tokenizer.json (else train one)")
     p.add_argument("--export-corpus", type=Path, help="write the tokenized corpus (.npz), exit")
@@ -375,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
         log(f"wrote {export}: {len(built.train)} train / {len(built.heldout)} held-out tokens")
     elif stage == "draft":
         retrain_draft(cfg, out, log)
+    elif stage == "mtp":
+        retrain_mtp(cfg, out, log, Corpus.load(data) if data else None)
     else:
         train_all(cfg, out, log, tokenizer, Corpus.load(data) if data else None)
 
