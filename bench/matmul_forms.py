@@ -17,7 +17,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from bench.skinny_matmul import L2_BYTES, PRESETS, shapes, time_calls
+from bench.forward_timing import forward_cells, streamed_weights, time_calls, time_forward
+from bench.skinny_matmul import PRESETS, shapes
 
 FORMS = {
     "x@W.T": lambda x, w: x @ w.T,
@@ -30,23 +31,14 @@ FORMS = {
 def forwards(repeats: int = 3) -> list[dict]:
     """6.6B forward at B=1 (W=1 and W=5 through the ragged cache) with every linear layer of
     2-8 rows computed in each form."""
-    import time
-
     import mlx.nn as nn
     import numpy as np
 
     from bench.gpu import qwen3_model
-    from workers.forward import forward_window, pad_windows, prefill
-    from workers.kv_cache import BatchCache
 
     model, _ = qwen3_model(*PRESETS["6b"])
     linear, as_linear = nn.Linear.__call__, nn.Embedding.as_linear
-    rng = np.random.default_rng(0)
-    cells = {}
-    for W in (1, 5):
-        cache = BatchCache.for_model(model, 1)
-        prefill(model, cache, [rng.integers(0, 32000, 128).tolist()], 512)
-        cells[W] = (cache, *pad_windows([rng.integers(0, 32000, W).tolist()]))
+    cells = {W: cell for (_, W), cell in forward_cells(model, [(1, 1), (1, 5)]).items()}
     times: dict[str, list[float]] = {}
     for rep in range(repeats + 1):
         for form, fn in FORMS.items():
@@ -66,13 +58,10 @@ def forwards(repeats: int = 3) -> list[dict]:
                 return as_linear(self, x) if y is None else y
 
             nn.Linear.__call__, nn.Embedding.as_linear = lin, emb  # type: ignore[method-assign]
-            for W, (cache, tokens, valid) in cells.items():
-                mx.eval(forward_window(model, cache, tokens, valid))
-                t0 = time.perf_counter()
-                for _ in range(10):
-                    mx.eval(forward_window(model, cache, tokens, valid))
+            for W, cell in cells.items():
+                t = time_forward(model, cell)
                 if rep:
-                    times.setdefault(f"{form} W={W}", []).append((time.perf_counter() - t0) / 10)
+                    times.setdefault(f"{form} W={W}", []).append(t)
             nn.Linear.__call__, nn.Embedding.as_linear = linear, as_linear  # type: ignore[method-assign]
     rows = [{"cell": k, "ms": 1e3 * float(np.median(v))} for k, v in times.items()]
     for r in rows:
@@ -89,14 +78,12 @@ def main() -> None:
     out = []
     for preset, (hidden, _) in PRESETS.items():
         for name, (N, K) in shapes(hidden).items():
-            copies = max(2, -(-L2_BYTES // (N * K * 2)))
-            ws = [(mx.random.normal((N, K)) * 0.02).astype(mx.bfloat16) for _ in range(copies)]
-            mx.eval(ws)
+            ws = streamed_weights(N, K)
             for M in (int(r) for r in args.rows.split(",")):
                 x = mx.random.normal((M, K)).astype(mx.bfloat16)
                 row = {"preset": preset, "weight": name, "N": N, "K": K, "M": M}
                 for form, fn in FORMS.items():
-                    row[form] = 1e6 * time_calls(fn, [x] * copies, ws, args.reps)
+                    row[form] = 1e6 * time_calls(fn, [x] * len(ws), ws, args.reps)
                 print(preset, f"{name:8s}", f"M={M}", "  ".join(
                     f"{f} {row[f]:6.1f}" for f in FORMS), flush=True)  # fmt: skip
                 out.append(row)

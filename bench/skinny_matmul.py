@@ -35,13 +35,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+
+from bench.forward_timing import forward_cells, streamed_weights, time_calls, time_forward
 
 # Block of NW warps; warp w owns R consecutive weight rows (outputs n0 .. n0 + R - 1) and the
 # block's chunk of up to 8 rows of x (grid axis x). Each lane reads 8 contiguous elements
@@ -271,7 +272,6 @@ def install(model: nn.Module) -> int:
 
 
 PRESETS = {"1b": (2048, 16), "6b": (4096, 32)}
-L2_BYTES = 64 << 20  # more than an H100's or H200's L2 (50-60 MB)
 
 
 def shapes(hidden: int) -> dict[str, tuple[int, int]]:
@@ -285,26 +285,14 @@ def shapes(hidden: int) -> dict[str, tuple[int, int]]:
     }
 
 
-def time_calls(fn, xs: list[mx.array], ws: list[mx.array], reps: int) -> float:
-    """Seconds per call over `reps` sweeps of the weight copies, graphs evaluated per sweep."""
-    for _ in range(2):
-        mx.eval([fn(x, w) for x, w in zip(xs, ws)])
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        mx.eval([fn(x, w) for x, w in zip(xs, ws)])
-    return (time.perf_counter() - t0) / (reps * len(ws))
-
-
 def per_call(rows: list[int], variants: list[str], reps: int) -> list[dict]:
     out = []
     for preset, (hidden, _) in PRESETS.items():
         for name, (N, K) in shapes(hidden).items():
-            copies = max(2, -(-L2_BYTES // (N * K * 2)))
-            ws = [(mx.random.normal((N, K)) * 0.02).astype(mx.bfloat16) for _ in range(copies)]
-            mx.eval(ws)
+            ws = streamed_weights(N, K)
             for M in rows:
                 x = mx.random.normal((M, K)).astype(mx.bfloat16)
-                xs = [x] * copies
+                xs = [x] * len(ws)
                 ref = x.astype(mx.float32) @ ws[0].astype(mx.float32).T
                 mlx_y = x @ ws[0].T
                 row = {"preset": preset, "weight": name, "N": N, "K": K, "M": M}
@@ -333,34 +321,20 @@ def per_call(rows: list[int], variants: list[str], reps: int) -> list[dict]:
 def forwards(presets: list[str], repeats: int) -> list[dict]:
     global MAX_ROWS
     from bench.gpu import qwen3_model
-    from workers.forward import forward_window, pad_windows, prefill
-    from workers.kv_cache import BatchCache
 
     out = []
     for preset in presets:
         model, n = qwen3_model(*PRESETS[preset])
         switched = install(model)
-        rng = np.random.default_rng(0)
-        cells = {}
-        for B in (1, 8):
-            for W in (1, 5):
-                cache = BatchCache.for_model(model, B)
-                prefill(model, cache, [rng.integers(0, 32000, 128).tolist() for _ in range(B)], 512)
-                tokens, valid = pad_windows([rng.integers(0, 32000, W).tolist() for _ in range(B)])
-                cells[(B, W)] = (cache, tokens, valid)
+        cells = forward_cells(model, [(B, W) for B in (1, 8) for W in (1, 5)])
         times: dict[str, list[float]] = {}
         for rep in range(repeats + 1):
-            for (B, W), (cache, tokens, valid) in cells.items():
+            for (B, W), cell in cells.items():
                 for mode in ("on", "off"):
                     MAX_ROWS = 8 if mode == "on" else 0
-                    mx.eval(forward_window(model, cache, tokens, valid))
-                    t0 = time.perf_counter()
-                    for _ in range(10):
-                        mx.eval(forward_window(model, cache, tokens, valid))
+                    t = time_forward(model, cell)
                     if rep:
-                        times.setdefault(f"{B},{W},{mode}", []).append(
-                            (time.perf_counter() - t0) / 10
-                        )
+                        times.setdefault(f"{B},{W},{mode}", []).append(t)
         for B, W in cells:
             on = float(np.median(times[f"{B},{W},on"]))
             off = float(np.median(times[f"{B},{W},off"]))

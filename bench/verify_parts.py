@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -32,9 +31,9 @@ def _read_only(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.arr
 def main() -> None:
     from mlx_lm.models import qwen3
 
+    from bench.forward_timing import forward_cells, time_forward
     from bench.gpu import PRESETS, qwen3_model
-    from workers.forward import forward_window, pad_windows, prefill
-    from workers.kv_cache import BatchCache, RaggedKVCache
+    from workers.kv_cache import RaggedKVCache
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/out/verify_parts.json")
@@ -42,12 +41,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     model, _ = qwen3_model(*PRESETS[args.preset])
-    rng = np.random.default_rng(0)
-    cells = {}
-    for W in (1, 5):
-        cache = BatchCache.for_model(model, 1)  # installs the CUDA attention route
-        prefill(model, cache, [rng.integers(0, 32000, 128).tolist()], 512)
-        cells[W] = (cache, *pad_windows([rng.integers(0, 32000, W).tolist()]))
+    # BatchCache.for_model installs the CUDA attention route
+    cells = {W: cell for (_, W), cell in forward_cells(model, [(1, 1), (1, 5)]).items()}
     sdpa, rope, norm = qwen3.scaled_dot_product_attention, nn.RoPE.__call__, nn.RMSNorm.__call__
     mlp, write = qwen3.MLP.__call__, RaggedKVCache.update_and_fetch
     times: dict[str, list[float]] = {}
@@ -66,15 +61,10 @@ def main() -> None:
             if part == "no_cache_write":
                 RaggedKVCache.update_and_fetch = _read_only  # type: ignore[method-assign]
             try:
-                for W, (cache, tokens, valid) in cells.items():
-                    mx.eval(forward_window(model, cache, tokens, valid))
-                    t0 = time.perf_counter()
-                    for _ in range(10):
-                        mx.eval(forward_window(model, cache, tokens, valid))
+                for W, cell in cells.items():
+                    t = time_forward(model, cell)
                     if rep:
-                        times.setdefault(f"{part} W={W}", []).append(
-                            (time.perf_counter() - t0) / 10
-                        )
+                        times.setdefault(f"{part} W={W}", []).append(t)
             finally:
                 qwen3.scaled_dot_product_attention, nn.RoPE.__call__ = sdpa, rope  # type: ignore[method-assign]
                 nn.RMSNorm.__call__, qwen3.MLP.__call__ = norm, mlp  # type: ignore[method-assign]

@@ -319,15 +319,27 @@ def retrain_mtp(
     tcfg = json.loads((out / "target" / "config.json").read_text())
     mtp, losses, secs = train_mtp(cfg, target, tcfg, data.train, log)
     artifacts.save_mtp(out / "target", mtp)
-    summary_path = out / "train_summary.json"
-    summary = json.loads(summary_path.read_text())
-    summary["config"].update({k: v for k, v in asdict(cfg).items() if k.startswith("mtp_")})
-    summary["final_loss"]["mtp"] = float(np.mean(losses[-25:]))
+    record_stage(out, "mtp", cfg, losses, secs, log)
+
+
+def record_stage(
+    out: Path,
+    stage: str,
+    cfg: TrainConfig,
+    losses: list[float],
+    secs: float,
+    log: Callable[[str], None],
+) -> None:
+    """Put one retrained stage's settings, final loss and time in OUT/train_summary.json."""
+    path = out / "train_summary.json"
+    summary = json.loads(path.read_text())
+    summary["config"].update({k: v for k, v in asdict(cfg).items() if k.startswith(stage + "_")})
+    summary["final_loss"][stage] = float(np.mean(losses[-25:]))
     wall = summary["wall_time_s"]
-    wall["total_s"] = round(wall["total_s"] - wall["mtp_s"] + secs, 1)
-    wall["mtp_s"] = round(secs, 1)
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
-    log(f"MTP head retrained in {secs:.0f}s: loss {summary['final_loss']['mtp']:.3f}")
+    wall["total_s"] = round(wall["total_s"] - wall[stage + "_s"] + secs, 1)
+    wall[stage + "_s"] = round(secs, 1)
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    log(f"{stage} retrained in {secs:.0f}s: loss {summary['final_loss'][stage]:.3f}")
 
 
 def train_draft(
@@ -368,15 +380,7 @@ def retrain_draft(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> No
     target.freeze()
     draft, dcfg, losses, secs = train_draft(cfg, target, stream, log)
     artifacts.save_model_dir(out / "draft", draft, dcfg, tok)
-    summary_path = out / "train_summary.json"
-    summary = json.loads(summary_path.read_text())
-    summary["config"].update({k: v for k, v in asdict(cfg).items() if k.startswith("draft_")})
-    summary["final_loss"]["draft"] = float(np.mean(losses[-25:]))
-    wall = summary["wall_time_s"]
-    wall["total_s"] = round(wall["total_s"] - wall["draft_s"] + secs, 1)
-    wall["draft_s"] = round(secs, 1)
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
-    log(f"draft retrained in {secs:.0f}s: loss {summary['final_loss']['draft']:.3f}")
+    record_stage(out, "draft", cfg, losses, secs, log)
 
 
 def lm_loss_of(model: nn.Module, batch: mx.array) -> mx.array:
