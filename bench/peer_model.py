@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_map_with_path
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # RMSNorm weights that Hugging Face Qwen3.5 checkpoints store as (w - 1).
 SHIFTED_SUFFIXES = (
     ".input_layernorm.weight",
@@ -218,9 +220,16 @@ def hf_weights(target: Any, head: Any) -> dict[str, mx.array]:
     return out
 
 
-def save_checkpoint(path: Path, shape: Qwen35Shape, target: Any, head: Any, dtype: str) -> None:
-    from tests.tiny import make_tiny_tokenizer
-
+def save_checkpoint(
+    path: Path,
+    shape: Qwen35Shape,
+    target: Any,
+    head: Any,
+    dtype: str,
+    tokenizer: Path | None = None,
+) -> None:
+    """Write the checkpoint; `tokenizer` is a directory whose tokenizer files are copied (else a
+    tiny byte-level tokenizer: the random peer is fed token ids)."""
     path.mkdir(parents=True, exist_ok=True)
     weights = {k: v.astype(getattr(mx, dtype)) for k, v in hf_weights(target, head).items()}
     shards = {
@@ -239,6 +248,12 @@ def save_checkpoint(path: Path, shape: Qwen35Shape, target: Any, head: Any, dtyp
         "text_config": shape.text_config(),
     }
     (path / "config.json").write_text(json.dumps(config, indent=1))
+    if tokenizer is not None:
+        for name in TOKENIZER_FILES:
+            shutil.copy(tokenizer / name, path / name)
+        return
+    from tests.tiny import make_tiny_tokenizer
+
     # Byte-level BPE with ids < 256: the benchmark feeds token ids, the loaders want a tokenizer.
     make_tiny_tokenizer()._tokenizer.save_pretrained(str(path))
 

@@ -80,6 +80,24 @@ def compare(outputs: list[list[int]], ref: list[list[int]], gaps: list[list[floa
     }
 
 
+def trained_info(model_dir: Path) -> dict[str, Any] | None:
+    """peer_model.json of a checkpoint bench/peer_trained.py wrote, else None."""
+    path = model_dir / "peer_model.json"
+    info = json.loads(path.read_text()) if path.exists() else {}
+    return info if info.get("trained") else None
+
+
+def heldout_prompts(model_dir: Path, n: int) -> list[list[int]]:
+    """The default model's held-out prompts (text the corpus never trained on), tokenized with
+    the checkpoint's tokenizer (peer_trained.py trains on that corpus with that tokenizer)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    path = ROOT / "workers" / "default_model" / "heldout_prompts.jsonl"
+    lines = path.read_text().splitlines()[:n]
+    return [tok.encode(json.loads(line)["body"]["prompt"]).ids for line in lines]
+
+
 class Peers:
     """Loaded models and the runner for each system name."""
 
@@ -187,13 +205,17 @@ def main() -> None:
     shape = shape_from_args(args)
     model_dir = Path(args.model_dir or ROOT / "bench" / "out" / f"peer_model_{args.preset}")
     t0 = time.perf_counter()
-    info = build(model_dir, shape, args.fit_steps, dtype=args.dtype)
+    info = trained_info(model_dir)
+    if info is None:
+        info = build(model_dir, shape, args.fit_steps, dtype=args.dtype)
+        prompts = make_prompts(max(args.prompts, 1), shape.vocab_size)
+    else:  # bench/peer_trained.py's checkpoint: real text, so held-out prompts, not random ids
+        prompts = heldout_prompts(model_dir, max(args.prompts, 1))
     print(
         f"checkpoint {model_dir}: {info['target_params'] / 1e6:.1f}M target params, "
-        f"MTP fit loss {info['fit_loss']:.2f} ({time.perf_counter() - t0:.0f}s)",
+        f"{'trained' if info.get('trained') else 'random'} ({time.perf_counter() - t0:.0f}s)",
         flush=True,
     )
-    prompts = make_prompts(max(args.prompts, 1), shape.vocab_size)
     peers = Peers(model_dir, prompts, args.max_tokens, args.depth)
     peers.with_loop = args.with_loop
     if args.systems:
@@ -219,7 +241,11 @@ def main() -> None:
             for n, r in batch[str(B)].items()), flush=True)  # fmt: skip
 
     results = {
-        "model": {"dir": str(model_dir), "preset": args.preset, **info},
+        "model": {
+            "dir": str(model_dir),
+            "preset": info.get("recipe", {}).get("preset", args.preset),
+            **info,
+        },
         "machine": f"{platform.machine()} {platform.processor() or ''} {mx.default_device()}",
         "mlx": mx.__version__,
         "mlx_vlm": {

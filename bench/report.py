@@ -135,19 +135,33 @@ PEER_LABELS = {
 }
 
 
+def peer_model_line(m: dict) -> str:
+    """What the peers' checkpoint is: bench/peer_model.py's random one or peer_trained.py's."""
+    sh = m["shape"]
+    what = (f"Qwen3.5-shape hybrid (`{m['preset']}` preset: {m['target_params'] / 1e6:.1f}M "
+            f"params, {sh['num_hidden_layers']} layers, every {sh['full_attention_interval']}th "
+            f"full attention, the rest GatedDeltaNet; hidden {sh['hidden_size']}, vocab "
+            f"{sh['vocab_size']})")  # fmt: skip
+    if m.get("trained"):
+        t, h = m["target"], m["mtp"]
+        return (f"Model: trained {what} (`bench/peer_trained.py`: {m['recipe']['target_steps']} "
+                f"steps on the default model's {m['corpus_tokens'] / 1e6:.1f}M-token corpus, "
+                f"held-out loss {t['heldout_loss']:.2f}) with a one-layer MTP head distilled for "
+                f"{m['recipe']['mtp_steps']} steps (held-out depth-1 agreement "
+                f"{h['heldout_depth1_agreement']:.2f}); prompts: the default model's held-out "
+                "prompts; loaded by each system's own loader.")  # fmt: skip
+    return (f"Model: random {what} with a one-layer MTP head fitted for {m['fit_steps']} steps "
+            f"(loss {m['fit_loss']:.2f}); written once in the Hugging Face layout "
+            "(`bench/peer_model.py`) and loaded by each system's own loader.")  # fmt: skip
+
+
 def peers_section(data: dict, stem: str) -> list[str]:
     """bench/peers.py: every system on one Qwen3.5-shape checkpoint, same prompts, greedy."""
     m, rows = data["model"], data["batch"]
     bs = sorted(rows, key=int)
     names = list(rows[bs[0]])
     vlm = data["mlx_vlm"]
-    lines = [f"Model: random Qwen3.5-shape hybrid (`{m['preset']}` preset: "
-             f"{m['target_params'] / 1e6:.1f}M params, {m['shape']['num_hidden_layers']} layers, "
-             f"every {m['shape']['full_attention_interval']}th full attention, the rest "
-             f"GatedDeltaNet; hidden {m['shape']['hidden_size']}, vocab {m['shape']['vocab_size']}) "
-             f"with a one-layer MTP head fitted for {m['fit_steps']} steps (loss {m['fit_loss']:.2f}); "
-             "written once in the Hugging Face layout (`bench/peer_model.py`) and loaded by each "
-             "system's own loader. Machine: " + data["machine"] + f"; MLX {data['mlx']}; "
+    lines = [peer_model_line(m) + " Machine: " + data["machine"] + f"; MLX {data['mlx']}; "
              f"{len(data['prompt_lengths'])} prompts of {data['prompt_lengths']} tokens, "
              f"{data['max_tokens']} new tokens each, greedy, draft depth {data['draft_depth']} "
              f"for both MTP systems; median of {data['repeats']} interleaved repeats.",
