@@ -155,6 +155,44 @@ def peer_model_line(m: dict) -> str:
             "(`bench/peer_model.py`) and loaded by each system's own loader.")  # fmt: skip
 
 
+def trained_peer_summary(runs: list[dict], ops: dict | None) -> list[str]:
+    """Issue 11's P5 on the trained hybrid, over every peers run of it on the GPU: specfleet MTP
+    ÷ specfleet plain, paired within each repeat (the two run back to back), per depth."""
+    import statistics
+
+    if not runs:
+        return []
+    lines = ["## P5 on the trained hybrid (H200): MTP ÷ plain, paired per repeat", "",
+             "Each repeat of bench/peers.py runs every system once in turn, so an MTP pass and the "
+             "plain pass before it share the card's state; their ratio is steadier than a ratio of "
+             "medians (single passes on this card move ±30-50%). Runs: "
+             + "; ".join(f"{r['max_tokens']} tokens, depth {r['draft_depth']}, {r['repeats']} "
+                         "repeats" for r in runs) + ".", "",
+             "| depth | tokens | " + " | ".join(f"B={b}" for b in sorted(runs[0]["batch"], key=int))
+             + " |", "|---|---|" + "---|" * len(runs[0]["batch"])]  # fmt: skip
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["draft_depth"], r["max_tokens"]), []).append(r)
+    for (depth, tokens), rs in sorted(groups.items()):
+        cells = []
+        for b in sorted(rs[0]["batch"], key=int):
+            pairs = [m / p for r in rs for p, m in zip(
+                r["batch"][b]["specfleet_plain"]["tokens_per_s_runs"],
+                r["batch"][b]["specfleet_mtp"]["tokens_per_s_runs"], strict=True)]  # fmt: skip
+            cells.append(f"{statistics.median(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})")
+        lines.append(f"| {depth} | {tokens} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if ops:
+        rows = ops["rows"]
+        lines += ["Graph primitives the device runs per emitted token (`bench/graph_ops.py`, same "
+                  f"card and checkpoint, {ops['max_tokens']} tokens, depth {ops['depth']}; a "
+                  "compiled function counts once), plain → MTP: " + ", ".join(
+                      f"{k.split()[0]} {rows[k]['ops_per_token']:.0f} → "
+                      f"{rows[k.replace('plain', 'mtp')]['ops_per_token']:.0f}"
+                      for k in rows if k.endswith("plain")) + ".", ""]  # fmt: skip
+    return lines
+
+
 def peers_section(data: dict, stem: str) -> list[str]:
     """bench/peers.py: every system on one Qwen3.5-shape checkpoint, same prompts, greedy."""
     m, rows = data["model"], data["batch"]
@@ -377,6 +415,8 @@ def main() -> None:
         stem = path.stem
         out += [f"## Peers on a Qwen3.5-shape model ({stem.split('_', 1)[1]})", ""]
         out += peers_section(json.loads(path.read_text()), stem)
+    trained = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("peers_h200_trained*.json"))]
+    out += trained_peer_summary(trained, load("graph_ops_h200.json"))
     sim = load("scheduler_sim.json")
     if sim:
         out += ["## Scheduler cost vs fleet size (simulated workers, CPU)", ""]
