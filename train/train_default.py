@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -301,11 +302,9 @@ def train_mtp(
     return mtp, losses, time.time() - t0
 
 
-def retrain_mtp(
-    cfg: TrainConfig, out: Path, log: Callable[[str], None], data: Corpus | None = None
-) -> None:
-    """`--stage mtp`: re-run only the MTP head's stage against the target saved in OUT/target
-    (as shipped: fp16 weights, run in fp32), and update train_summary.json."""
+def saved_target(cfg: TrainConfig, out: Path, data: Corpus | None) -> tuple[nn.Module, Corpus]:
+    """The target saved in OUT/target (as shipped: fp16 weights, run in fp32), frozen, and the
+    corpus: `data` (a --corpus export) or the stdlib encoded with OUT/target's tokenizer."""
     from mlx_lm.utils import load_model  # the weights alone: no tokenizer libraries needed
 
     target = load_model(out / "target")[0]
@@ -316,6 +315,15 @@ def retrain_mtp(
 
         tok = Tokenizer.from_file(str(out / "target" / "tokenizer.json"))
         data = build_corpus(tok, *split_sources(cfg))
+    return target, data
+
+
+def retrain_mtp(
+    cfg: TrainConfig, out: Path, log: Callable[[str], None], data: Corpus | None = None
+) -> None:
+    """`--stage mtp`: re-run only the MTP head's stage against the target saved in OUT/target,
+    and update train_summary.json."""
+    target, data = saved_target(cfg, out, data)
     tcfg = json.loads((out / "target" / "config.json").read_text())
     mtp, losses, secs = train_mtp(cfg, target, tcfg, data.train, log)
     artifacts.save_mtp(out / "target", mtp)
@@ -365,21 +373,16 @@ def train_draft(
     return draft, dcfg, losses, time.time() - t0
 
 
-def retrain_draft(cfg: TrainConfig, out: Path, log: Callable[[str], None]) -> None:
-    """`--stage draft`: re-run only the draft stage against the target saved in OUT/target."""
-    import mlx_lm
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(out / "target" / "tokenizer.json"))
-    train_files, _ = corpus.split(corpus.list_sources())
-    eos = tok.token_to_id(corpus.EOS)
-    assert eos is not None, "tokenizer.json lacks the EOS token"
-    stream = corpus.encode_stream(tok, train_files, eos)
-    target = mlx_lm.load(str(out / "target"))[0]
-    target.set_dtype(mx.float32)
-    target.freeze()
-    draft, dcfg, losses, secs = train_draft(cfg, target, stream, log)
-    artifacts.save_model_dir(out / "draft", draft, dcfg, tok)
+def retrain_draft(
+    cfg: TrainConfig, out: Path, log: Callable[[str], None], data: Corpus | None = None
+) -> None:
+    """`--stage draft`: re-run only the draft stage against the target saved in OUT/target (the
+    same corpus options as --stage mtp), and update train_summary.json."""
+    target, data = saved_target(cfg, out, data)
+    draft, dcfg, losses, secs = train_draft(cfg, target, data.train, log)
+    artifacts.save_model_dir(out / "draft", draft, dcfg, None)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(out / "target" / name, out / "draft" / name)  # one tokenizer for both
     record_stage(out, "draft", cfg, losses, secs, log)
 
 
@@ -421,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
         built.save(export)
         log(f"wrote {export}: {len(built.train)} train / {len(built.heldout)} held-out tokens")
     elif stage == "draft":
-        retrain_draft(cfg, out, log)
+        retrain_draft(cfg, out, log, Corpus.load(data) if data else None)
     elif stage == "mtp":
         retrain_mtp(cfg, out, log, Corpus.load(data) if data else None)
     else:
