@@ -35,7 +35,7 @@ class RaggedStateCache:
         self.state: mx.array | None = None  # [B, Hv, Dv, Dk] recurrent state per row
         # Staged by the last window, chosen from by on_commit():
         self._conv_input: mx.array | None = None  # [B, kernel-1+W, C] old conv + window inputs
-        self._states: mx.array | None = None  # [B, W, Hv, Dv, Dk], or [B, 1, ...] final only
+        self._states: list[mx.array] | None = None  # W of [B, Hv, Dv, Dk], or [final] only
         self._state_before: mx.array | None = None  # [B, Hv, Dv, Dk]
         self._all_states = True
         self._kernel = 0
@@ -55,13 +55,20 @@ class RaggedStateCache:
         rerun: Rerun | None = None,
     ) -> None:
         self._conv_input, self._kernel, self._state_before = conv_input, kernel, before
-        self._states, self._all_states = mx.stack(states, axis=1), all_states
+        self._states, self._all_states = states, all_states
         self._rerun = rerun
 
-    def on_commit(self, n: np.ndarray | mx.array) -> None:
+    def on_commit(self, n: np.ndarray | mx.array, whole: bool = False) -> None:
         """Row r keeps the first n[r] tokens of the staged window (n[r] may be 0). n may still
-        be on the device (a pipelined round) for windows that kept every position's state."""
+        be on the device (a pipelined round) for windows that kept every position's state.
+        `whole`: every row keeps the whole window (a plain decode step), so the state after it
+        is the last one staged and the conv history the window's tail: no gathers."""
         if self._conv_input is None or self._states is None or self._state_before is None:
+            return
+        W = self._conv_input.shape[1] - self._kernel
+        if whole or (isinstance(n, np.ndarray) and bool((n == W).all())):
+            self.conv, self.state = self._conv_input[:, W:], self._states[-1]
+            self._conv_input = self._states = self._state_before = self._rerun = None
             return
         if isinstance(n, mx.array):
             assert self._all_states or self._rerun, "long windows commit with host counts"
@@ -83,7 +90,8 @@ class RaggedStateCache:
                 "long windows commit whole rows only"
             )
             pick = mx.zeros_like(n_mx)
-        after = mx.take_along_axis(self._states, pick[:, None, None, None, None], axis=1)[:, 0]
+        states = mx.stack(self._states, axis=1)  # [B, W or 1, Hv, Dv, Dk]
+        after = mx.take_along_axis(states, pick[:, None, None, None, None], axis=1)[:, 0]
         self.state = mx.where((n_mx > 0)[:, None, None, None], after, self._state_before)
         self._conv_input = self._states = self._state_before = None
 

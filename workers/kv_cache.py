@@ -103,7 +103,7 @@ class RaggedKVCache:
     def arrays(self) -> list[mx.array]:
         return self.key_parts + self.value_parts
 
-    def on_commit(self, n: np.ndarray | mx.array) -> None:
+    def on_commit(self, n: np.ndarray | mx.array, whole: bool = False) -> None:
         pass  # kept tokens are already in place; the owner's lengths say where rows end
 
     def take_rows(self, rows: mx.array, max_len: int) -> None:
@@ -327,7 +327,7 @@ class BatchCache:
         self.exact = self.exact and all_most
         self.lengths = self.lengths + most
         for layer in self.layers:
-            layer.on_commit(num_new)
+            layer.on_commit(num_new, whole=all_most)
         self.lengths_mx = self.lengths_mx + num_new.astype(mx.int32)
 
     def tighten(self, bounds: np.ndarray, rows: np.ndarray, exact: bool = False) -> None:
