@@ -168,19 +168,20 @@ def trained_peer_summary(runs: list[dict], ops: dict | None) -> list[str]:
              "medians (single passes on this card move ±30-50%). Runs: "
              + "; ".join(f"{r['max_tokens']} tokens, depth {r['draft_depth']}, {r['repeats']} "
                          "repeats" for r in runs) + ".", "",
-             "| depth | tokens | " + " | ".join(f"B={b}" for b in sorted(runs[0]["batch"], key=int))
-             + " |", "|---|---|" + "---|" * len(runs[0]["batch"])]  # fmt: skip
-    groups: dict[tuple[int, int], list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["draft_depth"], r["max_tokens"]), []).append(r)
-    for (depth, tokens), rs in sorted(groups.items()):
+             "| code | depth | tokens | " + " | ".join(f"B={b}" for b in sorted(runs[0]["batch"], key=int))
+             + " |", "|---|---|---|" + "---|" * len(runs[0]["batch"])]  # fmt: skip
+    groups: dict[tuple[str, int, int], list[dict]] = {}
+    for r in runs:  # `label`: the code a run measured, where it is not the first trained runs'
+        key = (r.get("label", "a9c822f (last stop's engine)"), r["draft_depth"], r["max_tokens"])
+        groups.setdefault(key, []).append(r)
+    for (label, depth, tokens), rs in sorted(groups.items()):
         cells = []
         for b in sorted(rs[0]["batch"], key=int):
             pairs = [m / p for r in rs for p, m in zip(
                 r["batch"][b]["specfleet_plain"]["tokens_per_s_runs"],
                 r["batch"][b]["specfleet_mtp"]["tokens_per_s_runs"], strict=True)]  # fmt: skip
             cells.append(f"{statistics.median(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})")
-        lines.append(f"| {depth} | {tokens} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {depth} | {tokens} | " + " | ".join(cells) + " |")
     lines.append("")
     if ops:
         rows = ops["rows"]
