@@ -254,10 +254,11 @@ def peers_section(data: dict, stem: str) -> list[str]:
                   "below 0.05: token identity would likely catch a system whose logits are off by "
                   "about that much."]  # fmt: skip
     load = data.get("load_average_start_end")
+    host = "the lent GPU's host" if "gpu" in data["machine"] else "2 cores, shared"
     lines += ["", f"Noise: max/min tokens/s across the {data['repeats']} repeats of a cell is "
               f"{spread[len(spread) // 2]:.2f} (median cell), {spread[-1]:.2f} (worst)"
               + (f"; 1-minute load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end "
-                 "(2 cores, shared)." if load else ".")]  # fmt: skip
+                 f"({host})." if load else ".")]  # fmt: skip
     lo, hi = rows[bs[0]], rows[bs[-1]]
     if {"mlx_vlm_mtp", "specfleet_mtp"} <= set(names):
         acc = "accepted_per_row_round"
