@@ -36,7 +36,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_map_with_path
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+from train.artifacts import TOKENIZER_FILES
+
 # RMSNorm weights that Hugging Face Qwen3.5 checkpoints store as (w - 1).
 SHIFTED_SUFFIXES = (
     ".input_layernorm.weight",

@@ -92,10 +92,10 @@ def heldout_prompts(model_dir: Path, n: int) -> list[list[int]]:
     the checkpoint's tokenizer (peer_trained.py trains on that corpus with that tokenizer)."""
     from tokenizers import Tokenizer
 
+    from workers.stream_speed import heldout_prompts as heldout_texts
+
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    path = ROOT / "workers" / "default_model" / "heldout_prompts.jsonl"
-    lines = path.read_text().splitlines()[:n]
-    return [tok.encode(json.loads(line)["body"]["prompt"]).ids for line in lines]
+    return [tok.encode(text).ids for text in heldout_texts(n)]
 
 
 class Peers:

@@ -72,6 +72,8 @@ def _fp16(module: nn.Module, prefix: str = "") -> dict[str, mx.array]:
 
 
 META = {"format": "mlx"}
+# What save_model_dir writes beside the weights: copy these to give a directory the tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def save_mtp(out: Path, mtp: nn.Module) -> None:

@@ -381,7 +381,7 @@ def retrain_draft(
     target, data = saved_target(cfg, out, data)
     draft, dcfg, losses, secs = train_draft(cfg, target, data.train, log)
     artifacts.save_model_dir(out / "draft", draft, dcfg, None)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in artifacts.TOKENIZER_FILES:
         shutil.copy(out / "target" / name, out / "draft" / name)  # one tokenizer for both
     record_stage(out, "draft", cfg, losses, secs, log)
 

@@ -14,7 +14,6 @@ from train import artifacts, corpus
 from train.train_default import Corpus, main
 
 DEFAULT_TARGET = Path(__file__).resolve().parents[2] / "workers" / "default_model" / "target"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def tiny_model_dir(tmp_path: Path) -> Path:
@@ -23,7 +22,7 @@ def tiny_model_dir(tmp_path: Path) -> Path:
         vocab=2048, hidden=64, layers=2, heads=1, kv_heads=1, inter=128, ctx=256
     )
     artifacts.save_model_dir(out / "target", artifacts.build_qwen3(cfg), cfg, None)
-    for name in TOKENIZER_FILES:
+    for name in artifacts.TOKENIZER_FILES:
         shutil.copy(DEFAULT_TARGET / name, out / "target" / name)
     summary = {
         "config": {"draft_steps": 0, "mtp_steps": 0},
