@@ -7,6 +7,7 @@ to it: kv_cache imports hybrid, hybrid imports only this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import mlx.core as mx
@@ -25,6 +26,9 @@ class CacheOwner(Protocol):
     def window_end(self, W: int) -> int: ...
 
     def window_slots(self, W: int) -> mx.array: ...
+
+    # one array per forward or commit, whichever layer asks first builds it
+    def shared(self, key: tuple, make: Callable[[], mx.array]) -> mx.array: ...
 
     def window_mask(self, W: int, window_size: int | None = None) -> mx.array: ...
 

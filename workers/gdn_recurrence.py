@@ -52,6 +52,16 @@ def window_recurrence(head_k_dim: int) -> Recurrence | None:
     return None
 
 
+def kernel_inputs(
+    recurrence: Recurrence, q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array
+) -> tuple[mx.array, ...]:
+    """(q, k, v, g, beta) as `recurrence` reads them. A verify window runs its kernel twice
+    (workers/hybrid.py): casting here once, not in each call, saves a launch per layer."""
+    if recurrence is cuda_recurrence:
+        return q, k, v, g.astype(mx.float32), beta.astype(mx.float32)
+    return q, k, v, g, beta
+
+
 _CUDA_SOURCE = """
     // One warp per (row b, value head hv, value index dv): lane l holds state[dv, l*NPT :
     // (l+1)*NPT] (NPT = ceil(Dk / 32); lanes past Dk hold zeros and add nothing).

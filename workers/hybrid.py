@@ -21,7 +21,7 @@ import mlx.nn as nn
 import numpy as np
 
 from workers.cache_types import CacheOwner, concat_rows
-from workers.gdn_recurrence import Recurrence, window_recurrence
+from workers.gdn_recurrence import Recurrence, kernel_inputs, window_recurrence
 
 MAX_STATE_WINDOW = 17  # a verify window: up to 16 drafts + the last committed token
 
@@ -72,27 +72,33 @@ class RaggedStateCache:
             return
         if isinstance(n, mx.array):
             assert self._all_states or self._rerun, "long windows commit with host counts"
-            n_mx = n.astype(mx.int32)
-        else:
-            n_mx = mx.array(n.astype(np.int32))
+        owner = self.owner
+        # Built once per commit for every recurrent layer (BatchCache.shared).
+        n_mx = owner.shared(("n",), lambda: _int32(n))  # [B]
         # After n tokens the conv history is conv_input[n : n + kernel-1] (n = 0: unchanged).
-        idx = (n_mx[:, None] + mx.arange(self._kernel))[..., None]  # [B, kernel-1, 1]
+        idx = owner.shared(
+            ("conv", self._kernel), lambda: (n_mx[:, None] + mx.arange(self._kernel))[..., None]
+        )  # [B, kernel-1, 1]
         self.conv = mx.take_along_axis(self._conv_input, idx, axis=1)
-        if self._rerun is not None:  # a fused verify window: rerun the kept prefix only
-            self.state = self._rerun.state_after(self._state_before, n_mx)
+        if (rerun := self._rerun) is not None:  # a fused verify window: rerun the kept prefix
+            keep = owner.shared(("keep", W), lambda: rerun.keep(n_mx))
+            self.state = rerun.state_after(self._state_before, keep)
             self._conv_input = self._states = self._state_before = self._rerun = None
             return
         if self._all_states:
-            pick = mx.maximum(n_mx - 1, 0)
+            pick = owner.shared(
+                ("pick",), lambda: mx.maximum(n_mx - 1, 0)[:, None, None, None, None]
+            )
         else:
-            valid = self.owner.window_valid
+            valid = owner.window_valid
             assert isinstance(n, np.ndarray) and ((n == 0) | (n == valid)).all(), (
                 "long windows commit whole rows only"
             )
-            pick = mx.zeros_like(n_mx)
+            pick = mx.zeros((n_mx.shape[0], 1, 1, 1, 1), dtype=mx.int32)
         states = mx.stack(self._states, axis=1)  # [B, W or 1, Hv, Dv, Dk]
-        after = mx.take_along_axis(states, pick[:, None, None, None, None], axis=1)[:, 0]
-        self.state = mx.where((n_mx > 0)[:, None, None, None], after, self._state_before)
+        after = mx.take_along_axis(states, pick, axis=1)[:, 0]
+        kept = owner.shared(("kept",), lambda: (n_mx > 0)[:, None, None, None])
+        self.state = mx.where(kept, after, self._state_before)
         self._conv_input = self._states = self._state_before = None
 
     def take_rows(self, rows: mx.array, max_len: int) -> None:
@@ -117,9 +123,13 @@ class Rerun:
     inputs: tuple[mx.array, ...]  # q, k [B, W, Hk, Dk], v [B, W, Hv, Dv], g, beta [B, W, Hv]
     valid: mx.array  # [B, W] bool: the window's real (unpadded) tokens
 
-    def state_after(self, before: mx.array, n: mx.array) -> mx.array:
+    def keep(self, n: mx.array) -> mx.array:
+        """[B, W] bool: the positions row r keeps, its first n[r] real tokens (the mask of the
+        rerun; the same for every layer of the window)."""
         W = self.valid.shape[1]
-        keep = (mx.arange(W)[None, :] < n[:, None]) & self.valid  # [B, W]
+        return (mx.arange(W)[None, :] < n[:, None]) & self.valid
+
+    def state_after(self, before: mx.array, keep: mx.array) -> mx.array:
         return self.recurrence(*self.inputs, before, keep)[1]
 
 
@@ -167,10 +177,11 @@ class RaggedGDN(nn.Module):
         fused = window_recurrence(g.head_k_dim)
         if fused is not None:  # one kernel per window (workers/gdn_recurrence.py)
             valid = mx.ones((B, S), dtype=mx.bool_) if mask is None else mask
-            y, final = fused(q, k, v, decay, beta, state, valid)
+            window_in = kernel_inputs(fused, q, k, v, decay, beta)  # cast once for both calls
+            y, final = fused(*window_in, state, valid)
             # One position: its final state is every position's. Up to a verify window: rerun
             # the kept prefix at commit. Longer (prefill chunks): rows commit whole.
-            rerun = Rerun(fused, (q, k, v, decay, beta), valid) if keep_all and S > 1 else None
+            rerun = Rerun(fused, window_in, valid) if keep_all and S > 1 else None
             cache.stage(conv_input, kernel, state, [final], S == 1, rerun)
             return g.out_proj(g.norm(y, z).reshape(B, S, -1))
         if (rep := g.num_v_heads // g.num_k_heads) > 1:
@@ -189,6 +200,10 @@ class RaggedGDN(nn.Module):
         cache.stage(conv_input, kernel, before, states if keep_all else [state], keep_all)
         out = g.norm(mx.stack(ys, axis=1), z)
         return g.out_proj(out.reshape(B, S, -1))
+
+
+def _int32(n: np.ndarray | mx.array) -> mx.array:
+    return n.astype(mx.int32) if isinstance(n, mx.array) else mx.array(n.astype(np.int32))
 
 
 def install(model: object) -> list[bool]:

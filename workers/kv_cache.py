@@ -28,7 +28,7 @@ row removal and rollback move lengths and whole slots, so they work on packed pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -85,8 +85,8 @@ class RaggedKVCache:
         W = keys.shape[2]
         needed = self.owner.window_end(W)
         new_k, new_v = self.encode(keys), self.encode(values)
-        self.key_parts = _reserve(self.key_parts, new_k, needed)
-        self.value_parts = _reserve(self.value_parts, new_v, needed)
+        self.key_parts = reserve_slots(self.key_parts, new_k, needed)
+        self.value_parts = reserve_slots(self.value_parts, new_v, needed)
         slots = self.owner.window_slots(W)  # [B, 1, W, 1]
         self.key_parts = [_write(old, new, slots) for old, new in zip(self.key_parts, new_k)]
         self.value_parts = [_write(old, new, slots) for old, new in zip(self.value_parts, new_v)]
@@ -140,7 +140,7 @@ class QuantizedRaggedKVCache(RaggedKVCache):
         H, W = keys.shape[1], keys.shape[2]
         needed = self.owner.window_end(W)
         new = self.encode(mx.concatenate([keys, values], axis=1))
-        self.key_parts = _reserve(self.key_parts, new, needed)
+        self.key_parts = reserve_slots(self.key_parts, new, needed)
         slots = self.owner.window_slots(W)  # [B, 1, W, 1]
         self.key_parts = [_write(old, n, slots) for old, n in zip(self.key_parts, new)]
         return self.split(self.key_parts, needed, H)
@@ -169,7 +169,7 @@ class PackedReadKVCache(QuantizedRaggedKVCache):
         )
 
 
-def _reserve(parts: list[mx.array], new: list[mx.array], needed: int) -> list[mx.array]:
+def reserve_slots(parts: list[mx.array], new: list[mx.array], needed: int) -> list[mx.array]:
     """Grow each stored part's slot axis to hold `needed` slots (in STEP multiples); `new`
     (the window's encoded parts, [B, H, W, *]) gives the shapes and dtypes of a first one."""
     cap = parts[0].shape[2] if parts else 0
@@ -220,7 +220,10 @@ class BatchCache:
         self.exact = True
         self.layers: list[LayerCache] = [self._layer(rec) for rec in self.recurrent]
         self.window_valid = np.zeros(num_rows, dtype=np.int64)  # [B] real tokens in the window
-        self._slots: dict[int, mx.array] = {}  # reset by set_window_valid before each forward
+        # Arrays every layer of one forward or one commit needs (window slots, the kept-prefix
+        # mask, ...), built once instead of once per layer: on a GPU each op is a launch the
+        # host pays for. Emptied before each forward and each commit.
+        self._shared: dict[tuple, mx.array] = {}
         # Attention span granularity: SPAN where each new shape is a graph build (MLX CUDA),
         # else exact. A stale slot still costs its score's exp, which MLX's x86 CPU backend
         # computes at ~12 ns each: spans of 128 made a 140-token prompt's prefill attend 256
@@ -258,7 +261,7 @@ class BatchCache:
         """How many of the next window's tokens are real per row (the rest is padding)."""
         self.window_valid = np.asarray(valid, dtype=np.int64)
         self.window_valid_mx = mx.array(self.window_valid.astype(np.int32))
-        self._slots = {}  # W -> window slots, shared by every layer
+        self._shared = {}
 
     # -- window geometry (shared by every layer in one forward) ------------------------------
     def window_end(self, W: int) -> int:
@@ -285,11 +288,16 @@ class BatchCache:
     def window_slots(self, W: int) -> mx.array:
         """[B, 1, W, 1] each window token's slot; built once per forward, not once per layer
         (on a GPU every op is a kernel launch the host pays for)."""
-        slots = self._slots.get(W)
-        if slots is None:
-            slots = (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]
-            self._slots[W] = slots
-        return slots
+        return self.shared(
+            ("slots", W), lambda: (self.lengths_mx[:, None] + mx.arange(W)[None])[:, None, :, None]
+        )
+
+    def shared(self, key: tuple, make: Callable[[], mx.array]) -> mx.array:
+        """`make()`, built once per forward (or per commit) for every layer that asks by `key`."""
+        value = self._shared.get(key)
+        if value is None:
+            value = self._shared[key] = make()
+        return value
 
     def window_mask(self, W: int, window_size: int | None = None) -> mx.array:
         """[B, 1, W, S] True where window query i of row r may attend slot j."""
@@ -310,6 +318,7 @@ class BatchCache:
         """
         n = np.asarray(num_new, dtype=np.int64)
         assert n.shape == self.lengths.shape and (n >= 0).all()
+        self._shared = {}
         self.lengths = self.lengths + n
         for layer in self.layers:
             layer.on_commit(n)
@@ -325,6 +334,7 @@ class BatchCache:
         every row commits exactly `most` (a plain round), so exact host lengths stay exact.
         """
         self.exact = self.exact and all_most
+        self._shared = {}
         self.lengths = self.lengths + most
         for layer in self.layers:
             layer.on_commit(num_new, whole=all_most)

@@ -91,9 +91,9 @@ def test_fused_window_path_reruns_each_rows_kept_prefix(hybrid, monkeypatch, dra
     reruns = []
     state_after = hybrid_module.Rerun.state_after
 
-    def counted(self, before, n):
-        reruns.append(n)
-        return state_after(self, before, n)
+    def counted(self, before, keep):
+        reruns.append(keep)
+        return state_after(self, before, keep)
 
     monkeypatch.setattr(hybrid_module.Rerun, "state_after", counted)
     if drafter == "oracle":
