@@ -9,11 +9,13 @@ with every 8th round at 2 (no policy) ran at 0.39-0.89x of depth 3 throughout.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from workers.backend import Backend
+from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
@@ -34,6 +36,11 @@ def attach_drafter(
         drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    compile_steps = {"1": True, "0": False}.get(os.environ.get(COMPILE_ENV, ""))
+    if compile_steps is None:
+        compile_steps = backend.builds_per_shape
+    if compile_steps and hasattr(drafter, "compile_steps"):
+        drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return needs_hidden, post_norm, None
     policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)

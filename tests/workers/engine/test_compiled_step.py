@@ -1,0 +1,87 @@
+"""MTP head steps as compiled graphs (workers/compiled_step.py), run on the CPU.
+
+The compiled step is the default only where spans are rounded (MLX CUDA); here it is forced
+on with the drafter cache's span set as CUDA sets it, so traces are reused across rounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.tiny import fit_mtp_head, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams
+from workers.compiled_step import COMPILE_ENV, CompiledStep
+from workers.config import DEFAULT_MODEL_DIR
+from workers.drafters.mtp import MTPDrafter
+
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def default_prompts():
+    """The embedded default model (a trained MTP head: drafts are often right) on held-out
+    prompts, with mlx-lm's own greedy decode of each as the reference."""
+    engine = Engine.load()
+    rows = (DEFAULT_MODEL_DIR / "heldout_prompts.jsonl").read_text().splitlines()
+    # More prompts than rows (joins into a running batch), of different lengths.
+    prompts = [engine.tokenizer.encode(json.loads(r)["body"]["prompt"])[: 20 + 9 * i]
+               for i, r in enumerate(rows[:6])]  # fmt: skip
+    refs = [reference_greedy(engine.model, p, MAX_TOKENS) for p in prompts]
+    return prompts, refs
+
+
+def run(prompts, compiled: bool, monkeypatch) -> tuple[list, list, MTPDrafter]:
+    monkeypatch.setenv(COMPILE_ENV, "1" if compiled else "0")
+    engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
+    drafter = engine.drafter
+    assert isinstance(drafter, MTPDrafter)
+    drafter.cache.span = 16  # as on MLX CUDA (kv_cache.SPAN): spans change every 16 slots
+    outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    accepted = [s.accepted_per_row for s in engine.take_round_stats()]
+    return [o.tokens for o in outs], accepted, drafter
+
+
+def test_compiled_head_steps_draft_what_the_ops_path_drafts(default_prompts, monkeypatch):
+    prompts, refs = default_prompts
+    steps = []
+    real_call = CompiledStep.__call__
+
+    def counted(self, cache, width, *inputs):
+        steps.append(width)
+        return real_call(self, cache, width, *inputs)
+
+    monkeypatch.setattr(CompiledStep, "__call__", counted)
+    tokens, accepted, drafter = run(prompts, True, monkeypatch)
+    assert drafter.compiled is not None and steps, "the compiled path must have run"
+    # Lossless against mlx-lm's own decode, rows joining and leaving between rounds.
+    for i, (t, ref) in enumerate(zip(tokens, refs)):
+        assert_matches(t, ref, f"compiled head steps, row {i}")
+    # The same drafts as the ops path: every round accepts the same counts per row.
+    ops_tokens, ops_accepted, ops_drafter = run(prompts, False, monkeypatch)
+    assert ops_drafter.compiled is None
+    assert ops_tokens == tokens
+    assert ops_accepted == accepted
+    drafted = sum(len(a) for a in accepted)
+    assert sum(sum(a) for a in accepted) > drafted / 2, "the head must draft right often"
+    # Traces are reused: a new one only for a new shape or span, not for every step.
+    traces = len(drafter.compiled._traces)
+    assert 0 < traces < len(steps) / 3, (traces, len(steps))
+
+
+def test_compile_env_off_keeps_ops_even_where_compiling_is_the_default(monkeypatch):
+    from workers import drafting
+    from workers.backend import Backend
+    from workers.config import EngineConfig
+
+    model = tiny_model("qwen3_5", seed=3, layers=4)
+    cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
+    for env, want in (("0", False), ("1", True), (None, True)):
+        if env is None:
+            monkeypatch.delenv(COMPILE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(COMPILE_ENV, env)
+        drafter = MTPDrafter(model, fit_mtp_head(model, steps=1))
+        drafting.attach_drafter(drafter, model, EngineConfig(adaptive_depth=False), cuda_like)
+        assert (drafter.compiled is not None) == want, env

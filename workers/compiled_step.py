@@ -1,0 +1,76 @@
+"""A one-attention-layer step over the ragged cache as one compiled graph per shape.
+
+A drafter's step (the MTP head: one decoder layer, the shared lm_head) is small, so on a GPU its
+cost is the host's: Python building ~80 lazy ops, then MLX encoding each (bench/graph_ops.py,
+bench/dispatch_cost.py). `mx.compile` traces it once per shape and replays the trace, fusing
+the elementwise chains. Compiled functions must be pure, so the layer's cache goes in and comes
+out as arrays: the trace runs the step on a stand-in `BatchCache` whose device arrays (row
+lengths, window counts, key and value slots) are the traced inputs, and the host values it
+reads (the attention span, whether a lone row reads exactly its slots, the kernel route) are
+part of the key that picks the trace. Storage grows outside the trace.
+
+Used where each new shape already costs a graph build and spans are rounded (MLX CUDA,
+`Backend.builds_per_shape`), so a trace serves many rounds. The drafts it makes only decide how
+fast a round is, never what it emits: the verify is the target's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import mlx.core as mx
+
+from workers.kv_cache import BatchCache, RaggedKVCache, reserve_slots
+
+Step = Callable[..., tuple[mx.array, ...]]  # (layer cache, *arrays) -> arrays
+# "1" / "0": compile drafter steps or not, on any backend (unset: where builds_per_shape). The
+# CPU's default is ops: without rounded spans each step would be a new trace.
+COMPILE_ENV = "SPECFLEET_COMPILE_DRAFT"
+MAX_TRACES = 256  # distinct (shape, span) keys kept; past this they are traced again
+
+
+class CompiledStep:
+    """`step(layer_cache, *inputs)` on `cache.layers[0]`, compiled per shape and span."""
+
+    def __init__(self, step: Step):
+        self.step = step
+        self._traces: dict[tuple, Callable[..., list[mx.array]]] = {}
+
+    def __call__(self, cache: BatchCache, width: int, *inputs: mx.array) -> tuple[mx.array, ...]:
+        """Run the step for a window of `width` tokens (set_window_valid already called)."""
+        layer = cache.layers[0]
+        if len(cache.layers) != 1 or type(layer) is not RaggedKVCache or not layer.key_parts:
+            return self.step(layer, *inputs)  # an empty or quantized cache: run it as ops
+        needed = cache.window_end(width)
+        layer.key_parts = reserve_slots(layer.key_parts, layer.key_parts, needed)
+        layer.value_parts = reserve_slots(layer.value_parts, layer.value_parts, needed)
+        keys, values = layer.key_parts[0], layer.value_parts[0]
+        key = (
+            width, needed, cache.reads_exact_row(width), cache.kernel_attention,
+            keys.shape, values.shape, tuple((x.shape, x.dtype) for x in inputs),
+        )  # fmt: skip
+        fn = self._traces.get(key)
+        if fn is None:
+            if len(self._traces) >= MAX_TRACES:
+                self._traces.clear()
+            fn = self._traces[key] = mx.compile(self._traced(cache))
+        *outs, layer.key_parts[0], layer.value_parts[0] = fn(
+            cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
+        )
+        return tuple(outs)
+
+    def _traced(self, cache: BatchCache) -> Callable[..., list[mx.array]]:
+        def run(lengths: mx.array, valid: mx.array, keys: mx.array, values: mx.array,
+                *inputs: mx.array) -> list[mx.array]:  # fmt: skip
+            # The host values stand-in reads (lengths for the span, flags) are the real cache's
+            # at trace time, and the key above holds everything they decide.
+            stand_in = copy.copy(cache)
+            stand_in.lengths_mx, stand_in.window_valid_mx, stand_in._shared = lengths, valid, {}
+            layer = RaggedKVCache(stand_in)
+            layer.key_parts, layer.value_parts = [keys], [values]
+            stand_in.layers = [layer]
+            outs = self.step(layer, *inputs)
+            return [*outs, layer.key_parts[0], layer.value_parts[0]]
+
+        return run
