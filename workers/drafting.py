@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from workers import row_linear
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
@@ -41,6 +42,9 @@ def attach_drafter(
         compile_steps = backend.builds_per_shape
     if compile_steps and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]
+    head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
+    if head is not None and row_linear.wanted(backend.builds_per_shape):
+        row_linear.install(head)
     if drafter is None or not config.adaptive_depth:
         return needs_hidden, post_norm, None
     policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)

@@ -24,6 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from workers import row_linear
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
@@ -90,6 +91,8 @@ class Engine:
         )
         backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
         self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
+        if row_linear.wanted(backend.builds_per_shape):  # few-row linears as gemvs (MLX CUDA)
+            row_linear.install(model)
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
             drafter, model, self.config, backend
         )

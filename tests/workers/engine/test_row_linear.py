@@ -1,0 +1,49 @@
+"""Few-row linear layers as per-row gemvs (workers/row_linear.py), forced on the CPU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from tests.tiny import OracleDrafter, mixed_prompts, reference_greedy, tiny_model
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams, row_linear
+
+
+def test_each_row_equals_the_one_row_linear_and_only_small_bias_free_layers_route():
+    mx.random.seed(0)
+    small, biased = nn.Linear(64, 96, bias=False), nn.Linear(64, 96)
+    big = nn.Linear(1024, 1024, bias=False)  # 4 MiB of fp32: past WEIGHT_BYTES_MAX
+    tree = nn.Sequential(small, biased, big)
+    assert row_linear.install(tree) == 1
+    assert type(small) is row_linear.RowLinear
+    assert type(biased) is nn.Linear and type(big) is nn.Linear
+    x = mx.random.normal((2, 3, 64))  # 6 rows
+    y = small(x)
+    assert y.shape == (2, 3, 96)
+    one_row = mx.stack([x.reshape(6, 64)[i : i + 1] @ small.weight.T for i in range(6)])
+    assert mx.array_equal(y.reshape(6, 96), one_row.reshape(6, 96)).item()
+    many = mx.random.normal((row_linear.ROWS_MAX + 1, 64))  # past ROWS_MAX: the plain matmul
+    assert mx.array_equal(small(many), many @ small.weight.T).item()
+    row_linear.remove(tree)
+    assert type(small) is nn.Linear
+
+
+def test_engine_with_the_route_decodes_like_mlx_lm(monkeypatch):
+    """The route forced on (as on MLX CUDA) for a hybrid target: verify windows of up to 4
+    tokens and batches of up to 5 rows run their linears as per-row gemvs."""
+    monkeypatch.setenv(row_linear.ENV, "1")
+    model = tiny_model("qwen3_5", seed=3, layers=4)
+    prompts = mixed_prompts(5, seed=4)
+    refs = [reference_greedy(model, p, 16) for p in prompts]
+    oracle = OracleDrafter({tuple(p): r[0] for p, r in zip(prompts, refs)})
+    for drafter in (None, oracle):
+        engine = Engine(model, drafter=drafter, max_batch_size=5, draft_depth=3)
+        routed = [m for _, m in model.named_modules() if type(m) is row_linear.RowLinear]
+        assert routed, "the engine must have installed the route"
+        outs = engine.generate(prompts, SamplingParams(max_tokens=16))
+        for i, (o, ref) in enumerate(zip(outs, refs)):
+            assert_matches(o.tokens, ref, f"row route, drafter={drafter is not None}, row {i}")
+    row_linear.remove(model)
+    assert np.all([type(m) is not row_linear.RowLinear for _, m in model.named_modules()])

@@ -1,0 +1,69 @@
+"""Linear layers over a few rows as one gemv per row, where a GEMM's launch is the cost.
+
+On MLX CUDA a matmul of one row runs MLX's gemv kernel, of two or more rows a cuBLASLt GEMM
+whose launch costs the host ~11 us against ~2-3 us (bench/dispatch_cost.py, H200). A small
+model's round is bound by the host (bench/round_split.py): a verify window of 4 tokens, or a
+decode step of 8 rows, pays that on every linear layer, which a one-row decode step does not.
+`mx.gather_mm` with every row pointing at the one weight runs MLX's gather_mv: the gemv kernel
+once per row, in one launch, and each row's result is the one-row matmul's bit for bit (a
+verify row computes what the decode step would). Each row reads the whole weight, so only small
+weights (read from L2) and few rows take this route (bench/row_matmul.py measures both forms).
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+import mlx.nn as nn
+
+ROWS_MAX = 32  # rows (tokens in the forward) up to which a layer runs as per-row gemvs
+WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take the route
+# "1" / "0": install the route or not, on any backend (unset: where builds_per_shape).
+ENV = "SPECFLEET_ROW_LINEAR"
+
+_indices: dict[int, tuple[mx.array, mx.array]] = {}  # M -> (arange(M), zeros(M)), uint32
+
+
+class RowLinear(nn.Linear):
+    """nn.Linear without bias whose calls of 2..ROWS_MAX rows run as per-row gemvs."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        K = x.shape[-1]
+        M = x.size // K
+        if not 1 < M <= ROWS_MAX:
+            return super().__call__(x)
+        if M not in _indices:
+            _indices[M] = (mx.arange(M, dtype=mx.uint32), mx.zeros((M,), dtype=mx.uint32))
+        rows, zero = _indices[M]
+        y = mx.gather_mm(
+            x.reshape(M, 1, K), self.weight.T[None], lhs_indices=rows, rhs_indices=zero
+        )  # [M, 1, N]
+        return y.reshape(*x.shape[:-1], -1)
+
+
+def wanted(builds_per_shape: bool) -> bool:
+    """Whether this engine installs the route: the env setting, else the backend's."""
+    setting = {"1": True, "0": False}.get(os.environ.get(ENV, ""))
+    return builds_per_shape if setting is None else setting
+
+
+def install(model: object) -> int:
+    """Route `model`'s small bias-free linear layers; returns how many were routed."""
+    routed = 0
+    for _, module in model.named_modules():  # type: ignore[attr-defined]
+        if (
+            type(module) is nn.Linear
+            and "bias" not in module
+            and module.weight.nbytes <= WEIGHT_BYTES_MAX
+        ):
+            module.__class__ = RowLinear  # same parameters, the routed call
+            routed += 1
+    return routed
+
+
+def remove(model: object) -> None:
+    """Undo `install` (benchmarks compare both routes in one process)."""
+    for _, module in model.named_modules():  # type: ignore[attr-defined]
+        if type(module) is RowLinear:
+            module.__class__ = nn.Linear
