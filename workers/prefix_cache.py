@@ -173,7 +173,7 @@ class PrefixCache:
             layer.key_parts, layer.value_parts = [k[i] for k in all_k], [v[i] for v in all_v]
         cache.lengths = cached.copy()
         cache.lengths_mx = mx.array(cached.astype(np.int32))
-        mx.eval(all_k, all_v)
+        mx.async_eval(all_k, all_v)
         return cached
 
     def hidden_of(self, chain: Sequence[_Block], start: int) -> mx.array | None:
@@ -240,7 +240,8 @@ class PrefixCache:
             parent = block.id
         for bid in reversed(chain):  # the root ends most recent, as in lookup
             self._lru.move_to_end(bid)
-        mx.eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
+        # Launched, not waited for (a wait would also wait for the round in flight).
+        mx.async_eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
 
     def _copy_block(
         self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int,
