@@ -13,8 +13,10 @@ compiled function counts once, as it launches as one), by exporting each graph w
 from __future__ import annotations
 
 import argparse
+import collections
 import io
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +27,18 @@ import mlx.core as mx
 from bench.peers import heldout_prompts
 
 
-def count_primitives(arrays: list[Any]) -> int:
-    """Primitive nodes in the unevaluated graph behind `arrays` (evaluated inputs are leaves)."""
+def primitives(arrays: list[Any]) -> collections.Counter[str]:
+    """Primitive nodes, by name, in the unevaluated graph behind `arrays` (evaluated inputs
+    are leaves)."""
     buf = io.StringIO()
     mx.export_to_dot(buf, *[a for a in arrays if isinstance(a, mx.array)])
-    return buf.getvalue().count("shape=rectangle")
+    return collections.Counter(
+        re.findall(r'label ?= ?"([^"]+)"[^\]]*shape=rectangle', buf.getvalue())
+    )
+
+
+def count_primitives(arrays: list[Any]) -> int:
+    return sum(primitives(arrays).values())
 
 
 class Counter:
@@ -38,6 +47,8 @@ class Counter:
     def __init__(self) -> None:
         self.ops = 0
         self.calls = 0
+        self.by_name: collections.Counter[str] = collections.Counter()
+        self.seconds = {"eval": 0.0, "async_eval": 0.0}  # inside MLX's own call
         self._saved: dict[str, Callable[..., Any]] = {}
 
     def __enter__(self) -> Counter:
@@ -45,13 +56,18 @@ class Counter:
             real = getattr(mx, name)
             self._saved[name] = real
 
-            def wrapped(*args: Any, _real: Callable[..., Any] = real) -> Any:
+            def wrapped(*args: Any, _real: Callable[..., Any] = real, _name: str = name) -> Any:
                 flat = [
                     a for arg in args for a in (arg if isinstance(arg, list | tuple) else [arg])
                 ]
-                self.ops += count_primitives(flat)
+                found = primitives(flat)
+                self.ops += sum(found.values())
+                self.by_name.update(found)
                 self.calls += 1
-                return _real(*args)
+                t0 = time.perf_counter()
+                out = _real(*args)
+                self.seconds[_name] += time.perf_counter() - t0
+                return out
 
             setattr(mx, name, wrapped)
         return self
@@ -61,7 +77,9 @@ class Counter:
             setattr(mx, name, real)
 
 
-def measure(model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth: int, n: int):
+def measure(
+    model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth: int, n: int, top: int
+):
     from workers import Engine, SamplingParams
 
     engine = Engine.load(
@@ -77,6 +95,7 @@ def measure(model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth:
     stats = engine.take_round_stats()
     tokens = sum(len(o.tokens) for o in outs)
     decode = [s for s in stats if not s.num_prefill_tokens]
+    per_round = {k: round(v / len(stats), 1) for k, v in c.by_name.most_common(top)}
     return {
         "tokens": tokens,
         "rounds": len(stats),
@@ -86,6 +105,10 @@ def measure(model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth:
         "ops_per_token": c.ops / tokens,
         "evals_per_token": c.calls / tokens,
         "seconds": secs,
+        # Host time inside async_eval per primitive it launched: encoding and dispatching.
+        "async_eval_us_per_op": 1e6 * c.seconds["async_eval"] / max(1, c.ops),
+        "eval_s": c.seconds["eval"],
+        "primitives_per_round": per_round,  # the most frequent, prefill rounds included
     }
 
 
@@ -96,13 +119,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--top", type=int, default=40, help="primitives listed per round")
     ap.add_argument("--out", type=Path, default=Path("bench/results/graph_ops_cpu.json"))
     args = ap.parse_args()
     prompts = heldout_prompts(args.model_dir, args.prompts)
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         for mtp in (False, True):
-            r = measure(args.model_dir, prompts, B, mtp, args.depth, args.max_tokens)
+            r = measure(args.model_dir, prompts, B, mtp, args.depth, args.max_tokens, args.top)
             rows[f"B={B} {'mtp' if mtp else 'plain'}"] = r
             print(f"B={B} {'mtp' if mtp else 'plain'}: {json.dumps(r)}", flush=True)
     args.out.write_text(

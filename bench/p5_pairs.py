@@ -1,0 +1,129 @@
+"""P5 in pairs: specfleet MTP over specfleet plain decoding, each MTP pass right after its plain
+pass, in one process.
+
+    python -m bench.p5_pairs --model-dir DIR [--batch-sizes 1,4,8,16] [--pairs 4] [--out FILE]
+
+bench/peers.py runs every system, and mlx-lm's reference decode, at every B: minutes per run.
+On the lent GPU single passes move by 30-50% between minutes, so a change to the MTP round is
+judged by many short pairs instead: a pair's two passes share the card's state, and the median
+of the pairs' ratios is the figure. Both passes decode the same held-out prompts greedily; the
+MTP pass's rows are compared with the plain pass's (on the CPU in fp32 they are identical; in
+bf16 batched rounding may flip near-ties, which the count shows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+from bench.peers import heldout_prompts
+from workers import Engine, SamplingParams
+
+
+def timed_pass(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -> dict:
+    engine.take_round_stats()
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, [sp] * len(prompts))
+    seconds = time.perf_counter() - t0
+    stats = engine.take_round_stats()
+    drafting = sum(s.num_drafts for s in stats)
+    return {
+        "tokens_per_s": sum(len(o.tokens) for o in outs) / seconds,
+        "accepted_per_row_round": sum(s.num_accepted_tokens for s in stats) / max(1, drafting),
+        "outputs": [list(o.tokens) for o in outs],
+    }
+
+
+def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
+    """Per repeat: plain and MTP passes with the per-row gemv route off, then on, in place."""
+    from workers import row_linear
+    from workers.compiled_step import CompiledStep
+
+    models = [plain.model, mtp.model, getattr(mtp.drafter, "head", None)]
+    # Compiled head steps keep the route they were traced with: one set of traces per state.
+    compiled = getattr(mtp.drafter, "compiled", None)
+    traces = {"off": CompiledStep(compiled.step), "on": compiled} if compiled else {}
+
+    def route(state: str) -> None:
+        for m in models:
+            if m is not None:
+                (row_linear.install if state == "on" else row_linear.remove)(m)
+        if traces:
+            mtp.drafter.compiled = traces[state]  # type: ignore[union-attr]
+
+    runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
+    for state in ("off", "on"):  # warm: each state's kernels, graphs and traces built
+        route(state)
+        timed_pass(plain, prompts, sp), timed_pass(mtp, prompts, sp)
+    for _ in range(pairs):
+        for state in ("off", "on"):
+            route(state)
+            runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
+            runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
+    ratio = {k: [a / b for a, b in zip(runs[n], runs[d])] for k, n, d in (
+        ("plain_on_over_off", "plain_on", "plain_off"), ("mtp_on_over_off", "mtp_on", "mtp_off"),
+        ("mtp_over_plain_off", "mtp_off", "plain_off"), ("mtp_over_plain_on", "mtp_on", "plain_on"),
+    )}  # fmt: skip
+    return {
+        "tokens_per_s": {k: [round(x, 1) for x in v] for k, v in runs.items()},
+        "summary": {k: round(statistics.median(v), 3) for k, v in ratio.items()},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-sizes", default="1,4,8,16")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--label", default="", help="what tree or setting this run measures")
+    ap.add_argument("--ab-row-linear", action="store_true",
+                    help="each pair twice, linears as per-row gemvs off then on (workers/row_linear.py)")  # fmt: skip
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
+    rows = {}
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+        plain = Engine.load(args.model_dir, max_batch_size=B)
+        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth)
+        for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
+            engine.generate(prompts, [sp] * len(prompts))
+        if args.ab_row_linear:
+            rows[f"{B} row_linear"] = ab_row_linear(plain, mtp, prompts, sp, args.pairs)
+            print(
+                f"{args.label} B={B}: {json.dumps(rows[f'{B} row_linear']['summary'])}", flush=True
+            )
+        pairs = [(timed_pass(plain, prompts, sp), timed_pass(mtp, prompts, sp))
+                 for _ in range(args.pairs)]  # fmt: skip
+        ratios = [m["tokens_per_s"] / p["tokens_per_s"] for p, m in pairs]
+        same = sum(a == b for a, b in zip(pairs[0][0]["outputs"], pairs[0][1]["outputs"]))
+        rows[str(B)] = {
+            "mtp_over_plain_median": statistics.median(ratios),
+            "mtp_over_plain_pairs": [round(r, 3) for r in ratios],
+            "plain_tokens_per_s": [round(p["tokens_per_s"], 1) for p, _ in pairs],
+            "mtp_tokens_per_s": [round(m["tokens_per_s"], 1) for _, m in pairs],
+            "accepted_per_row_round": pairs[0][1]["accepted_per_row_round"],
+            "mtp_rows_equal_to_plain": f"{same}/{len(prompts)}",
+        }
+        r = rows[str(B)]
+        print(f"{args.label} B={B}: MTP/plain {r['mtp_over_plain_median']:.2f} "
+              f"{r['mtp_over_plain_pairs']} plain {r['plain_tokens_per_s']} "
+              f"accepted {r['accepted_per_row_round']:.2f} same {same}", flush=True)  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps({
+            "label": args.label, "model_dir": str(args.model_dir),
+            "device": str(mx.default_device()), "mlx": mx.__version__,
+            "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
+            "batch": rows}, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Where a pipelined round's host time goes, without a profiler's overhead.
+
+    python -m bench.round_split --model-dir DIR --batch-size 8 --drafter mtp|none [--parts]
+
+A small model's rounds on a GPU are bound by the host (the device finishes each round before
+the next is launched), so the round's wall time is the sum of the host's phases. This wraps the
+engine's phases with timers (perf_counter, a few microseconds each; cProfile inflated Python
+time ~2x) and prints milliseconds per round. `--parts` dispatches each part of the round as
+soon as it is built (the draft, the verify forward, the accept, the cache commit), so the time
+MLX spends encoding and launching each part's kernels shows apart (`dispatch:` rows); the
+round itself is then a little dearer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+import workers.engine as engine_module
+import workers.pipeline as pipeline_module
+from bench.peers import heldout_prompts
+from workers import Engine, SamplingParams
+
+
+class Split:
+    def __init__(self) -> None:
+        self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
+
+    def wrap(self, owner: Any, name: str, key: str | None = None) -> None:
+        real = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds[key or name] += time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+    def dispatch_after(self, owner: Any, name: str, arrays: Callable[[Any], list]) -> None:
+        """After owner.name returns, launch the arrays it built (timed as `dispatch:name`)."""
+        real, launch = getattr(owner, name), mx.async_eval
+
+        def launched(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            t0 = time.perf_counter()
+            launch(*arrays(out))
+            self.seconds[f"dispatch:{name}"] += time.perf_counter() - t0
+            return out
+
+        setattr(owner, name, launched)
+
+
+def instrument(engine: Engine, parts: bool) -> Split:
+    split = Split()
+    for name in ("_launch", "_collect", "_draft", "_forward", "_drop_finished", "_admit"):
+        split.wrap(engine, name)
+    split.wrap(engine_module, "greedy_outcome")
+    split.wrap(engine_module, "emit_round")
+    split.wrap(engine.cache, "commit_lazy", "cache.commit_lazy")
+    if engine.drafter is not None:
+        split.wrap(engine.drafter, "commit", "drafter.commit")
+    split.wrap(mx, "async_eval", "async_eval (MLX encoding and launching)")
+    split.wrap(pipeline_module.Flight, "read_back", "Flight.read_back (waiting for the device)")
+    if parts:
+        split.dispatch_after(
+            engine, "_draft", lambda p: [p.device_tokens()] if p.tokens.shape[1] else []
+        )
+        split.dispatch_after(engine, "_forward", lambda logits: [logits])
+        split.dispatch_after(engine_module, "greedy_outcome", list)
+        split.dispatch_after(engine.cache, "commit_lazy", lambda _: engine.cache.state_arrays())
+    return split
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--drafter", choices=["mtp", "none"], default="mtp")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--parts", action="store_true")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    sp = [SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)] * len(
+        prompts
+    )
+    drafter = "mtp" if args.drafter == "mtp" else None
+    engine = Engine.load(
+        args.model_dir, drafter=drafter, max_batch_size=args.batch_size, draft_depth=args.depth
+    )
+    engine.generate(prompts, sp)  # warm: kernels and graphs of every shape
+    engine.take_round_stats()
+    split = instrument(engine, args.parts)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, sp)
+    seconds = time.perf_counter() - t0
+    rounds = len([s for s in engine.take_round_stats() if s.batch_size])
+    tokens = sum(len(o.tokens) for o in outs)
+    result = {
+        "drafter": args.drafter, "batch_size": args.batch_size, "device": str(mx.default_device()),
+        "tokens_per_s": tokens / seconds, "rounds": rounds, "ms_per_round": 1e3 * seconds / rounds,
+        "ms_per_round_by_phase": {k: round(1e3 * v / rounds, 3) for k, v in
+                                  sorted(split.seconds.items(), key=lambda kv: -kv[1])},
+    }  # fmt: skip
+    print(f"{args.drafter} B={args.batch_size}: {result['tokens_per_s']:.0f} tokens/s, "
+          f"{rounds} rounds, {result['ms_per_round']:.2f} ms a round")  # fmt: skip
+    for k, v in result["ms_per_round_by_phase"].items():
+        print(f"   {k:45s} {v:6.3f} ms")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
