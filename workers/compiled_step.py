@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import cast
 
 import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
 
 from workers.kv_cache import BatchCache, RaggedKVCache, reserve_slots
 
@@ -27,15 +30,30 @@ Step = Callable[..., tuple[mx.array, ...]]  # (layer cache, *arrays) -> arrays
 # "1" / "0": compile drafter steps or not, on any backend (unset: where builds_per_shape). The
 # CPU's default is ops: without rounded spans each step would be a new trace.
 COMPILE_ENV = "SPECFLEET_COMPILE_DRAFT"
-MAX_TRACES = 256  # distinct (shape, span) keys kept; past this they are traced again
+MAX_TRACES = 256  # distinct (model, shape, span) keys kept; past this they are traced again
+# Traces shared by every engine in the process: weights are inputs, not constants, so a fresh
+# engine of the same model shapes (a new job's, a benchmark's) reuses them instead of tracing.
+_TRACES: dict[tuple, Callable[..., list[mx.array]]] = {}
 
 
 class CompiledStep:
-    """`step(layer_cache, *inputs)` on `cache.layers[0]`, compiled per shape and span."""
+    """`step(layer_cache, *inputs)` on `cache.layers[0]`, compiled per shape and span.
 
-    def __init__(self, step: Step):
-        self.step = step
-        self._traces: dict[tuple, Callable[..., list[mx.array]]] = {}
+    `modules` are every module whose weights the step reads: they go into the compiled graph
+    as inputs, and the modules' shapes, dtypes and settings are part of the trace's key."""
+
+    def __init__(self, step: Step, modules: list[nn.Module]):
+        self.step, self.modules = step, modules
+        flat = [_params(m) for m in modules]
+        self._names = [[name for name, _ in f] for f in flat]
+        self.signature = (
+            getattr(step, "__qualname__", repr(step)),
+            tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
+            tuple((name, a.shape, a.dtype) for f in flat for name, a in f),
+        )
+
+    def weights(self) -> list[mx.array]:
+        return [a for m in self.modules for _, a in _params(m)]
 
     def __call__(self, cache: BatchCache, width: int, *inputs: mx.array) -> tuple[mx.array, ...]:
         """Run the step for a window of `width` tokens (set_window_valid already called)."""
@@ -47,22 +65,25 @@ class CompiledStep:
         layer.value_parts = reserve_slots(layer.value_parts, layer.value_parts, needed)
         keys, values = layer.key_parts[0], layer.value_parts[0]
         key = (
-            width, needed, cache.reads_exact_row(width), cache.kernel_attention,
+            self.signature, width, needed, cache.reads_exact_row(width), cache.kernel_attention,
             keys.shape, values.shape, tuple((x.shape, x.dtype) for x in inputs),
         )  # fmt: skip
-        fn = self._traces.get(key)
+        fn = _TRACES.get(key)
         if fn is None:
-            if len(self._traces) >= MAX_TRACES:
-                self._traces.clear()
-            fn = self._traces[key] = mx.compile(self._traced(cache))
+            if len(_TRACES) >= MAX_TRACES:
+                _TRACES.clear()
+            fn = _TRACES[key] = mx.compile(self._traced(cache))
+        weights = self.weights()
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
-            cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
+            *weights, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
         )
         return tuple(outs)
 
     def _traced(self, cache: BatchCache) -> Callable[..., list[mx.array]]:
-        def run(lengths: mx.array, valid: mx.array, keys: mx.array, values: mx.array,
-                *inputs: mx.array) -> list[mx.array]:  # fmt: skip
+        count = sum(len(names) for names in self._names)
+
+        def run(*args: mx.array) -> list[mx.array]:
+            weights, (lengths, valid, keys, values, *inputs) = args[:count], args[count:]
             # The host values stand-in reads (lengths for the span, flags) are the real cache's
             # at trace time, and the key above holds everything they decide.
             stand_in = copy.copy(cache)
@@ -70,7 +91,21 @@ class CompiledStep:
             layer = RaggedKVCache(stand_in)
             layer.key_parts, layer.value_parts = [keys], [values]
             stand_in.layers = [layer]
-            outs = self.step(layer, *inputs)
+            saved = [m.parameters() for m in self.modules]
+            at = 0
+            for m, names in zip(self.modules, self._names):  # trace with the weights as inputs
+                m.update(tree_unflatten(list(zip(names, weights[at : at + len(names)]))))
+                at += len(names)
+            try:
+                outs = self.step(layer, *inputs)
+            finally:
+                for m, params in zip(self.modules, saved):
+                    m.update(params)
             return [*outs, layer.key_parts[0], layer.value_parts[0]]
 
         return run
+
+
+def _params(module: nn.Module) -> list[tuple[str, mx.array]]:
+    """(dotted name, array) of every parameter, in a fixed order."""
+    return cast(list[tuple[str, mx.array]], tree_flatten(module.parameters()))

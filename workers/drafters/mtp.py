@@ -35,7 +35,7 @@ from workers.compiled_step import CompiledStep
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows
 from workers.kv_cache import BatchCache
-from workers.mtp.hidden import embed, final_norm, lm_head
+from workers.mtp.hidden import embed, final_norm, lm_head, text_model
 
 
 class MTPDrafter:
@@ -89,7 +89,6 @@ class MTPDrafter:
     def from_target(cls, target: object, model_dir: str | Path) -> MTPDrafter:
         import json
 
-        from workers.mtp.hidden import text_model
         from workers.mtp.loader import load_mtp_head
 
         config = json.loads((Path(model_dir) / "config.json").read_text())
@@ -268,7 +267,11 @@ class MTPDrafter:
     def compile_steps(self) -> None:
         """Run head steps as compiled graphs (workers/compiled_step.py): where each new shape
         costs a graph build anyway (MLX CUDA) and the host, not the device, bounds a round."""
-        self.compiled = CompiledStep(self._head_window)
+        tm = text_model(self.target)
+        reads = [self.head, tm.model.embed_tokens] + (
+            [tm.lm_head] if hasattr(tm, "lm_head") else []
+        )
+        self.compiled = CompiledStep(self._head_window, reads)
 
 
 @dataclass

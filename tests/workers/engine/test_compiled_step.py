@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 
+import mlx.core as mx
+import numpy as np
 import pytest
+from mlx.utils import tree_map
 
 from tests.tiny import fit_mtp_head, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
-from workers import Engine, SamplingParams
+from workers import Engine, SamplingParams, compiled_step
 from workers.compiled_step import COMPILE_ENV, CompiledStep
 from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
@@ -32,11 +35,16 @@ def default_prompts():
     return prompts, refs
 
 
-def run(prompts, compiled: bool, monkeypatch) -> tuple[list, list, MTPDrafter]:
+def run(prompts, compiled: bool, monkeypatch, noise: float = 0.0) -> tuple[list, list, MTPDrafter]:
     monkeypatch.setenv(COMPILE_ENV, "1" if compiled else "0")
     engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
     drafter = engine.drafter
     assert isinstance(drafter, MTPDrafter)
+    if noise:  # another head of the same shapes: the traces must not carry the first's weights
+        rng = np.random.default_rng(0)
+        drafter.head.update(tree_map(
+            lambda a: a + mx.array(noise * rng.standard_normal(a.shape), a.dtype), drafter.head.parameters()
+        ))  # fmt: skip
     drafter.cache.span = 16  # as on MLX CUDA (kv_cache.SPAN): spans change every 16 slots
     outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
     accepted = [s.accepted_per_row for s in engine.take_round_stats()]
@@ -66,8 +74,31 @@ def test_compiled_head_steps_draft_what_the_ops_path_drafts(default_prompts, mon
     drafted = sum(len(a) for a in accepted)
     assert sum(sum(a) for a in accepted) > drafted / 2, "the head must draft right often"
     # Traces are reused: a new one only for a new shape or span, not for every step.
-    traces = len(drafter.compiled._traces)
+    traces = ours(drafter)
     assert 0 < traces < len(steps) / 3, (traces, len(steps))
+
+
+def ours(drafter: MTPDrafter) -> int:
+    return sum(k[0] == drafter.compiled.signature for k in compiled_step._TRACES)
+
+
+def test_a_second_engine_reuses_the_traces_with_its_own_weights(default_prompts, monkeypatch):
+    """Traces take the weights as inputs: a fresh engine of the same model traces nothing new;
+    one whose head has other weights of the same shapes reuses the traces and drafts what its
+    own ops path drafts (its rows progress differently, so it may meet a few new shapes)."""
+    prompts, refs = default_prompts
+    _, first_accepted, first = run(prompts, True, monkeypatch)
+    before = ours(first)
+    _, again, _ = run(prompts, True, monkeypatch)
+    assert again == first_accepted and ours(first) == before, "a fresh engine traced again"
+    tokens, accepted, second = run(prompts, True, monkeypatch, noise=0.05)
+    assert second.compiled.signature == first.compiled.signature
+    assert ours(second) - before < before / 2, "the other head must reuse most traces"
+    for i, (t, ref) in enumerate(zip(tokens, refs)):
+        assert_matches(t, ref, f"second engine, row {i}")
+    _, ops_accepted, _ = run(prompts, False, monkeypatch, noise=0.05)
+    assert accepted == ops_accepted
+    assert accepted != first_accepted, "the other weights must change what the head drafts"
 
 
 def test_compile_env_off_keeps_ops_even_where_compiling_is_the_default(monkeypatch):
