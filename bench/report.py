@@ -248,6 +248,8 @@ def main() -> None:
         )
     trained = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("peers_h200_trained*.json"))]
     out += section("report_peers", "trained_peer_summary")(trained, load("graph_ops_h200.json"))
+    pairs = [json.loads(p.read_text()) for p in sorted(RESULTS.rglob("p5_*.json"))]
+    out += section("report_peers", "p5_pairs_section")(pairs)
     sim = load("scheduler_sim.json")
     if sim:
         out += ["## Scheduler cost vs fleet size (simulated workers, CPU)", ""]

@@ -3,6 +3,7 @@ P5 summary over the trained hybrid's GPU runs (bench/peer_trained.py)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 
@@ -176,3 +177,40 @@ def peers_section(data: dict, stem: str, plot_lines: Callable[..., str]) -> list
                          logx=True)  # fmt: skip
         lines += [f"![peers acceptance](results/{png})", ""]
     return lines
+
+
+def p5_pairs_section(runs: list[dict]) -> list[str]:
+    """bench/p5_pairs.py runs: MTP ÷ plain in short pairs per label (repeats pooled), and the
+    in-process A/B of the per-row gemv route where a run made one."""
+    if not runs:
+        return []
+    lines = ["## P5 in short pairs (bench/p5_pairs.py, H200, trained hybrid)", "",
+             "Warm engines, 16 held-out prompts x 96 tokens, depth 3; each MTP pass right after "
+             "its plain pass. Median of the pairs' MTP ÷ plain (range), median tokens/s, and how "
+             "many MTP rows equal the plain pass's rows (bf16: batched rounding flips near-ties).",
+             "", "| run | B | MTP ÷ plain | plain tok/s | MTP tok/s | rows equal |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(re.sub(r"_\d+$", "", r["label"]), []).append(r)  # repeats pooled
+    for label, rs in groups.items():
+        for b in [k for k in rs[0]["batch"] if k.isdigit()]:
+            cells = [r["batch"][b] for r in rs]
+            pairs = [x for c in cells for x in c["mtp_over_plain_pairs"]]
+            plain = [x for c in cells for x in c["plain_tokens_per_s"]]
+            mtp = [x for c in cells for x in c["mtp_tokens_per_s"]]
+            lines.append(f"| {label} | {b} | {statistics.median(pairs):.2f} ({min(pairs):.2f}-"
+                         f"{max(pairs):.2f}) | {statistics.median(plain):.0f} | "
+                         f"{statistics.median(mtp):.0f} | {cells[-1]['mtp_rows_equal_to_plain']} |")  # fmt: skip
+    ab = [(r, k) for r in runs for k in r["batch"] if k.endswith("row_linear")]
+    if ab:
+        lines += ["", "Per-row gemv linears (workers/row_linear.py) off against on, in one process "
+                  "(each repeat: plain and MTP passes off, then on), medians:", "",
+                  "| run | B | plain on ÷ off | MTP on ÷ off | MTP ÷ plain, off | MTP ÷ plain, on |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for r, k in ab:
+            s = r["batch"][k]["summary"]
+            lines.append(f"| {r['label']} | {k.split()[0]} | {s['plain_on_over_off']:.2f} | "
+                         f"{s['mtp_on_over_off']:.2f} | {s['mtp_over_plain_off']:.2f} | "
+                         f"{s['mtp_over_plain_on']:.2f} |")  # fmt: skip
+    return lines + [""]
