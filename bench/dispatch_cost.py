@@ -85,24 +85,35 @@ def _cuda_kernel_cases(B: int, dtype: mx.Dtype) -> dict[str, tuple[int, Case]]:
     }
 
 
-def measure(case: Case, per_call: int, x0: mx.array, chain: int, repeats: int) -> dict:
-    mx.eval(x0)
+def phase_times(build: Callable[[], list[mx.array]], repeats: int, warm: int = 2) -> dict:
+    """Median seconds of `build()` (Python making the lazy graph), `mx.async_eval` of what it
+    returns (launch) and `mx.synchronize` after that (wait), over `repeats` after `warm`."""
     phases: dict[str, list[float]] = {"build": [], "launch": [], "wait": []}
-    for rep in range(repeats + 2):  # two warm-ups: kernels built, graphs cached
+    for rep in range(repeats + warm):  # warm-ups: kernels built, graphs cached
         t0 = time.perf_counter()
-        x = x0
-        for _ in range(chain):
-            x = case(x)
+        outs = build()
         t1 = time.perf_counter()
-        mx.async_eval(x)
+        mx.async_eval(outs)
         t2 = time.perf_counter()
         mx.synchronize()
         t3 = time.perf_counter()
-        if rep >= 2:
+        if rep >= warm:
             for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
                 phases[name].append(dt)
+    return {k: float(np.median(v)) for k, v in phases.items()}
+
+
+def measure(case: Case, per_call: int, x0: mx.array, chain: int, repeats: int) -> dict:
+    mx.eval(x0)
+
+    def build() -> list[mx.array]:
+        x = x0
+        for _ in range(chain):
+            x = case(x)
+        return [x]
+
     ops = chain * per_call
-    return {f"{k}_us_per_op": 1e6 * float(np.median(v)) / ops for k, v in phases.items()}
+    return {f"{k}_us_per_op": 1e6 * v / ops for k, v in phase_times(build, repeats).items()}
 
 
 def main() -> None:

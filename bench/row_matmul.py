@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+
+from bench.dispatch_cost import phase_times
 
 # (name, N, K): the trained hybrid peer's linear layers (hidden 384), and two of a ~1B Qwen3's.
 SHAPES = [
@@ -40,20 +42,11 @@ def row_matmul(x: mx.array, weight: mx.array, rows: mx.array, zero: mx.array) ->
     return y.reshape(M, -1)
 
 
-def timed(calls, reps: int = 20) -> tuple[float, float]:
-    """(host launch us, total us) per call, medians over reps of a batch of calls."""
-    launch, total = [], []
-    for i in range(reps + 3):
-        outs = calls()
-        t0 = time.perf_counter()
-        mx.async_eval(outs)
-        t1 = time.perf_counter()
-        mx.synchronize()
-        t2 = time.perf_counter()
-        if i >= 3:
-            launch.append((t1 - t0) / len(outs))
-            total.append((t2 - t0) / len(outs))
-    return 1e6 * float(np.median(launch)), 1e6 * float(np.median(total))
+def timed(calls: Callable[[], list[mx.array]], reps: int = 20) -> tuple[float, float]:
+    """(host launch us, launch + device us) per call, medians over reps of a batch of calls."""
+    t = phase_times(calls, reps, warm=3)
+    n = len(calls())
+    return 1e6 * t["launch"] / n, 1e6 * (t["launch"] + t["wait"]) / n
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from workers.backend import Backend
 from workers.forward import prefill_chunk
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
@@ -26,12 +27,17 @@ class Prefill:
     done: int = 0  # tokens of each row's uncached remainder already in `cache`
     # MTP: each row's last `tail` prompt positions need the target's hidden (its head takes
     # that many pairs). The prefill computes it from `align`-aligned starts (prefix-cache
-    # blocks: so a repeat of the prompt finds its window's hidden cached) and, before
-    # `hidden_from` (of the remainder), not at all: the last layer's attention and MLP never
-    # run there (10% of the default model's prefill).
+    # blocks: so a repeat of the prompt finds its window's hidden cached) and keeps none
+    # before `hidden_from` (of the remainder). With `cut_at_window` a chunk that spans
+    # hidden_from is cut there, so the positions before it evaluate only the cache (lazily,
+    # the last layer's attention and MLP never run for them: ~8% of the default model's
+    # prefill on the CPU). Where each forward's launches cost more than that compute (MLX
+    # CUDA: a second forward and a second padded shape per join), it is not cut and the
+    # hidden before hidden_from is dropped.
     tail: int = 0
     align: int = 1
     hidden_from: int = 0
+    cut_at_window: bool = True
     hidden: list[mx.array] = field(default_factory=list)  # per chunk from hidden_from [n, W, H]
     # [n] leading history tokens each row took from the prefix cache (prefill skips them)
     cached: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -66,11 +72,11 @@ class Prefill:
         while self.done < longest:
             end = min(self.done + step, longest)
             want = bool(self.tail) and end > self.hidden_from
-            if want and self.done < self.hidden_from:
+            if want and self.done < self.hidden_from and self.cut_at_window:
                 end, want = self.hidden_from, False  # no hidden before hidden_from
             h = prefill_chunk(model, self.cache, seqs, self.done, end - self.done, want, post_norm)
             if h is not None:
-                self.hidden.append(h)
+                self.hidden.append(h[:, max(0, self.hidden_from - self.done) :])
             self.done = end
             if one_chunk:
                 break
@@ -185,7 +191,8 @@ def start_prefill(
     rest)."""
     cache = BatchCache.for_model(model, len(joining), quant)
     align = prefix_cache.block_tokens if prefix_cache.enabled else 1
-    job = Prefill(joining, cache, tail=tail, align=align)
+    cut = not Backend.current().builds_per_shape
+    job = Prefill(joining, cache, tail=tail, align=align, cut_at_window=cut)
     starts = job.hidden_start().tolist() if tail else [None] * len(joining)
     chains = [
         prefix_cache.lookup(r.history[:-1], r.prompt_len, hidden_from=h)
@@ -201,4 +208,5 @@ def start_prefill(
         prefix_cache.hidden_of(chain, w) if tail else None
         for chain, w in zip(chains, job.window().tolist())
     ]
-    return Prefill(joining, cache, tail=tail, align=align, cached=cached, cached_hidden=hidden)
+    return Prefill(joining, cache, tail=tail, align=align, cut_at_window=cut, cached=cached,
+                   cached_hidden=hidden)  # fmt: skip

@@ -54,9 +54,14 @@ def test_similar_prompts_still_prefill_as_one_batch(lengths):
     assert len(similar_lengths(rows(lengths))) == len(lengths)
 
 
-def test_an_mtp_prefill_computes_hidden_for_the_heads_window_only():
-    """Positions before the head's window are prefilled without the hidden (the last layer's
-    attention and MLP never run there); the window's hidden equals a whole-prompt forward's."""
+@pytest.mark.parametrize("cut, chunks", [
+    (True, [(0, 15, False), (15, 7, True)]),  # the CPU's: no last layer before the window
+    (False, [(0, 22, True)]),  # MLX CUDA's: one forward, the hidden before the window dropped
+])  # fmt: skip
+def test_an_mtp_prefill_keeps_hidden_for_the_heads_window_only(cut, chunks):
+    """Cut at the head's window, positions before it are prefilled without the hidden (the last
+    layer's attention and MLP never run there); uncut, one forward computes it and drops what
+    precedes the window. Either way the window's hidden equals a whole-prompt forward's."""
     import mlx.core as mx
 
     from workers.forward import prefill_chunk
@@ -68,7 +73,7 @@ def test_an_mtp_prefill_computes_hidden_for_the_heads_window_only():
     group = rows([20, 23])
     for r, p in zip(group, mixed_prompts(2, seed=3, lengths=[20, 23])):
         r.history = list(p)
-    job = Prefill(group, BatchCache.for_model(target, 2), tail=4)
+    job = Prefill(group, BatchCache.for_model(target, 2), tail=4, cut_at_window=cut)
     assert job.hidden_from == 15  # min over rows of (19 - 4, 22 - 4)
     calls = []
 
@@ -83,7 +88,7 @@ def test_an_mtp_prefill_computes_hidden_for_the_heads_window_only():
         assert job.advance(target, 512, post_norm=False, one_chunk=False)
     finally:
         pj.prefill_chunk = orig
-    assert calls == [(0, 15, False), (15, 7, True)]
+    assert calls == chunks
     got = prompt_hidden(job)
     assert got is not None and got.shape[:2] == (2, 4)
     for i, r in enumerate(group):
@@ -103,3 +108,34 @@ def test_a_backend_that_builds_a_graph_per_shape_prefills_joiners_as_one_batch()
         engine.add_request(str(i), p, sp)
     engine.step()
     assert sorted(r.request_id for r in engine.rows) == ["0", "1", "2", "3"]
+
+
+def test_uncut_mtp_prefill_drafts_what_the_cut_one_drafts(monkeypatch):
+    """The engine with MLX CUDA's uncut prefill (forced on the CPU) hands the head the same
+    window hidden as the CPU's cut prefill: with
+    rows joining a running batch (a round sooner uncut: one prefill chunk, not two), the same
+    tokens and the same drafts accepted."""
+    import json
+
+    import workers.prefill_job as pj
+    from workers.backend import Backend
+    from workers.config import DEFAULT_MODEL_DIR
+
+    lines = (DEFAULT_MODEL_DIR / "heldout_prompts.jsonl").read_text().splitlines()[:6]
+    runs = []
+    for cut in (True, False):
+        backend = Backend(builds_per_shape=not cut, computes_in_launch=True)
+
+        class PrefillSees:  # only the prefill job sees MLX CUDA's backend
+            @staticmethod
+            def current(b: Backend = backend) -> Backend:
+                return b
+
+        monkeypatch.setattr(pj, "Backend", PrefillSees)
+        engine = Engine.load(drafter="mtp", max_batch_size=3, draft_depth=3)
+        prompts = [engine.tokenizer.encode(json.loads(x)["body"]["prompt"]) for x in lines]
+        outs = engine.generate(prompts, SamplingParams(max_tokens=16))
+        stats = engine.take_round_stats()
+        runs.append(([o.tokens for o in outs], sum(s.num_accepted_tokens for s in stats)))
+    assert runs[0] == runs[1]
+    assert runs[0][1] > 0
