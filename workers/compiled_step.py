@@ -68,42 +68,49 @@ class CompiledStep:
             self.signature, width, needed, cache.reads_exact_row(width), cache.kernel_attention,
             keys.shape, values.shape, tuple((x.shape, x.dtype) for x in inputs),
         )  # fmt: skip
-        fn = _TRACES.get(key)
+        fn, tracing = _TRACES.get(key), None
         if fn is None:
             if len(_TRACES) >= MAX_TRACES:
                 _TRACES.clear()
-            fn = _TRACES[key] = mx.compile(self._traced(cache))
+            tracing = [self, cache]
+            fn = _TRACES[key] = mx.compile(_traced(tracing))
         weights = self.weights()
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
             *weights, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
         )
+        if tracing is not None:  # traced on that call: the table keeps no engine alive
+            tracing.clear()
         return tuple(outs)
 
-    def _traced(self, cache: BatchCache) -> Callable[..., list[mx.array]]:
-        count = sum(len(names) for names in self._names)
 
-        def run(*args: mx.array) -> list[mx.array]:
-            weights, (lengths, valid, keys, values, *inputs) = args[:count], args[count:]
-            # The host values stand-in reads (lengths for the span, flags) are the real cache's
-            # at trace time, and the key above holds everything they decide.
-            stand_in = copy.copy(cache)
-            stand_in.lengths_mx, stand_in.window_valid_mx, stand_in._shared = lengths, valid, {}
-            layer = RaggedKVCache(stand_in)
-            layer.key_parts, layer.value_parts = [keys], [values]
-            stand_in.layers = [layer]
-            saved = [m.parameters() for m in self.modules]
-            at = 0
-            for m, names in zip(self.modules, self._names):  # trace with the weights as inputs
-                m.update(tree_unflatten(list(zip(names, weights[at : at + len(names)]))))
-                at += len(names)
-            try:
-                outs = self.step(layer, *inputs)
-            finally:
-                for m, params in zip(self.modules, saved):
-                    m.update(params)
-            return [*outs, layer.key_parts[0], layer.value_parts[0]]
+def _traced(tracing: list) -> Callable[..., list[mx.array]]:
+    """The function mx.compile traces, once: `tracing` holds the CompiledStep and the cache
+    whose host values the trace reads, and is emptied after the first call."""
 
-        return run
+    def run(*args: mx.array) -> list[mx.array]:
+        step, cache = tracing  # a second trace of one key would be a bug: it fails here
+        count = sum(len(names) for names in step._names)
+        weights, (lengths, valid, keys, values, *inputs) = args[:count], args[count:]
+        # The host values stand-in reads (lengths for the span, flags) are the real cache's
+        # at trace time, and the key holds everything they decide.
+        stand_in = copy.copy(cache)
+        stand_in.lengths_mx, stand_in.window_valid_mx, stand_in._shared = lengths, valid, {}
+        layer = RaggedKVCache(stand_in)
+        layer.key_parts, layer.value_parts = [keys], [values]
+        stand_in.layers = [layer]
+        saved = [m.parameters() for m in step.modules]
+        at = 0
+        for m, names in zip(step.modules, step._names):  # trace with the weights as inputs
+            m.update(tree_unflatten(list(zip(names, weights[at : at + len(names)]))))
+            at += len(names)
+        try:
+            outs = step.step(layer, *inputs)
+        finally:
+            for m, params in zip(step.modules, saved):
+                m.update(params)
+        return [*outs, layer.key_parts[0], layer.value_parts[0]]
+
+    return run
 
 
 def _params(module: nn.Module) -> list[tuple[str, mx.array]]:

@@ -116,3 +116,21 @@ def test_compile_env_off_keeps_ops_even_where_compiling_is_the_default(monkeypat
         drafter = MTPDrafter(model, fit_mtp_head(model, steps=1))
         drafting.attach_drafter(drafter, model, EngineConfig(adaptive_depth=False), cuda_like)
         assert (drafter.compiled is not None) == want, env
+
+
+def test_the_trace_table_keeps_no_engine_alive(default_prompts, monkeypatch):
+    """The process-wide traces hold no reference to the engine that traced them (its model,
+    its KV cache): once the engine is dropped, its memory goes."""
+    import gc
+    import weakref
+
+    prompts, _ = default_prompts
+    monkeypatch.setattr(compiled_step, "_TRACES", {})  # this engine traces every shape
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=3)
+    engine.generate(prompts[:2], SamplingParams(max_tokens=8))
+    assert compiled_step._TRACES, "the engine must have traced"
+    gone = [weakref.ref(engine.drafter.cache), weakref.ref(engine.model)]
+    del engine
+    gc.collect()
+    assert all(ref() is None for ref in gone)
