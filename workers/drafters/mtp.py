@@ -125,9 +125,8 @@ class MTPDrafter:
                 self.head.step(h, embed(self.target, tokens), cache=new.layers[0])  # type: ignore[attr-defined]
                 new.commit(valid)
                 # Free a chunk's graph before the next. The last stays lazy and runs with the
-                # first round that drafts from it: evaluating it here made the host wait for
-                # the round in flight at every join (H200, trained hybrid, B=8: joins cost an
-                # MTP engine 0.86 ms a round against 0.07 for plain decoding).
+                # first round that drafts from it: evaluating it here would make the host wait
+                # for the round in flight at every join.
                 if start + self.prefill_step_size < longest:
                     mx.eval(new.state_arrays())
         self.cache.append(new)
