@@ -45,15 +45,18 @@ def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
     from workers.compiled_step import CompiledStep
 
     models = [plain.model, mtp.model, getattr(mtp.drafter, "head", None)]
-    # Compiled head steps keep the route they were traced with: one set of traces per state.
+    # Compiled head steps keep the route they were traced with: one CompiledStep per state,
+    # made once the state's classes are in place (its key names them: each state's own traces).
     compiled = getattr(mtp.drafter, "compiled", None)
-    traces = {"off": CompiledStep(compiled.step), "on": compiled} if compiled else {}
+    traces = {"on": compiled}
 
     def route(state: str) -> None:
         for m in models:
             if m is not None:
                 (row_linear.install if state == "on" else row_linear.remove)(m)
-        if traces:
+        if compiled is not None:
+            if state not in traces:
+                traces[state] = CompiledStep(compiled.step, compiled.modules)
             mtp.drafter.compiled = traces[state]  # type: ignore[union-attr]
 
     runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}

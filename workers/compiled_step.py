@@ -49,6 +49,8 @@ class CompiledStep:
         self.signature = (
             getattr(step, "__qualname__", repr(step)),
             tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
+            # the classes make the calls (a linear routed through workers/row_linear.py or not)
+            tuple(type(sub).__name__ for m in modules for _, sub in m.named_modules()),
             tuple((name, a.shape, a.dtype) for f in flat for name, a in f),
         )
 

@@ -37,14 +37,14 @@ def attach_drafter(
         drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
+    if head is not None and row_linear.wanted(backend.builds_per_shape):
+        row_linear.install(head)  # before compile_steps: a trace's key names the classes
     compile_steps = {"1": True, "0": False}.get(os.environ.get(COMPILE_ENV, ""))
     if compile_steps is None:
         compile_steps = backend.builds_per_shape
     if compile_steps and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]
-    head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
-    if head is not None and row_linear.wanted(backend.builds_per_shape):
-        row_linear.install(head)
     if drafter is None or not config.adaptive_depth:
         return needs_hidden, post_norm, None
     policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)

@@ -134,3 +134,22 @@ def test_the_trace_table_keeps_no_engine_alive(default_prompts, monkeypatch):
     del engine
     gc.collect()
     assert all(ref() is None for ref in gone)
+
+
+def test_a_head_with_routed_linears_gets_traces_of_its_own(monkeypatch):
+    """The trace key names the modules' classes: a head whose linears run as per-row gemvs
+    (workers/row_linear.py, MLX CUDA's default) never replays a trace made without them."""
+    from workers import row_linear
+
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    signatures = {}
+    for route in ("0", "1"):
+        monkeypatch.setenv(row_linear.ENV, route)
+        engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=3)
+        assert isinstance(engine.drafter, MTPDrafter) and engine.drafter.compiled is not None
+        routed = any(
+            type(m) is row_linear.RowLinear for _, m in engine.drafter.head.named_modules()
+        )
+        assert routed == (route == "1")
+        signatures[route] = engine.drafter.compiled.signature
+    assert signatures["0"] != signatures["1"]
