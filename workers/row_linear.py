@@ -56,6 +56,7 @@ def install(model: object) -> int:
             type(module) is nn.Linear
             and "bias" not in module
             and module.weight.nbytes <= WEIGHT_BYTES_MAX
+            and module.weight.shape[1] % 32 == 0  # the widths MLX's own gemv takes
         ):
             module.__class__ = RowLinear  # same parameters, the routed call
             routed += 1

@@ -15,10 +15,11 @@ def test_each_row_equals_the_one_row_linear_and_only_small_bias_free_layers_rout
     mx.random.seed(0)
     small, biased = nn.Linear(64, 96, bias=False), nn.Linear(64, 96)
     big = nn.Linear(1024, 1024, bias=False)  # 4 MiB of fp32: past WEIGHT_BYTES_MAX
-    tree = nn.Sequential(small, biased, big)
+    odd = nn.Linear(72, 96, bias=False)  # an input width MLX's gemv does not take
+    tree = nn.Sequential(small, biased, big, odd)
     assert row_linear.install(tree) == 1
     assert type(small) is row_linear.RowLinear
-    assert type(biased) is nn.Linear and type(big) is nn.Linear
+    assert type(biased) is nn.Linear and type(big) is nn.Linear and type(odd) is nn.Linear
     x = mx.random.normal((2, 3, 64))  # 6 rows
     y = small(x)
     assert y.shape == (2, 3, 96)
