@@ -29,3 +29,12 @@ def test_counter_sees_eval_and_async_eval_and_restores_them():
     assert c.calls == 3 and c.ops >= 2
     assert mx.eval is real_eval and mx.async_eval is real_async
     assert abs(b[0].item() - 3**0.5) < 1e-6  # the wrapped calls still evaluate
+
+
+def test_primitives_are_counted_by_name():
+    from bench.graph_ops import primitives
+
+    x = mx.arange(8).astype(mx.float32)
+    mx.eval(x)
+    found = primitives([mx.exp(x) + mx.exp(x * 2)])
+    assert found["Exp"] == 2 and found["Add"] == 1 and found["Multiply"] == 1

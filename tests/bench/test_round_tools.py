@@ -1,0 +1,52 @@
+"""bench/round_split.py and bench/p5_pairs.py on the embedded default model (CPU)."""
+
+from __future__ import annotations
+
+import time
+
+from bench.p5_pairs import ab_row_linear
+from bench.round_split import instrument
+from workers import Engine, SamplingParams, row_linear
+from workers.compiled_step import COMPILE_ENV
+
+PROMPTS = [[5, 6, 7, 8, 9] * 4, [11, 12, 13] * 5, [20, 21] * 9]
+
+
+def test_round_split_times_each_phase_and_parts_within_the_wall():
+    engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
+    sp = SamplingParams(max_tokens=6, ignore_eos=True)
+    split = instrument(engine, parts=True)
+    t0 = time.perf_counter()
+    engine.generate(PROMPTS, [sp] * len(PROMPTS))
+    wall = time.perf_counter() - t0
+    got = split.seconds
+    for phase in ("_launch", "_forward", "_draft", "_admit", "dispatch:_forward",
+                  "dispatch:_draft", "async_eval (MLX encoding and launching)"):  # fmt: skip
+        assert got[phase] > 0, phase
+    # The host phases of a step do not overlap: together they fit in the wall time.
+    assert got["_launch"] + got["_collect"] + got["_admit"] <= wall
+
+
+def test_ab_row_linear_switches_the_route_in_place_and_back_on(monkeypatch):
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    monkeypatch.setenv(row_linear.ENV, "1")
+    plain = Engine.load(max_batch_size=2)
+    mtp = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
+    seen = []
+    real = row_linear.remove
+
+    def removed(model):  # type: ignore[no-untyped-def]
+        real(model)
+        seen.append(any(type(m) is row_linear.RowLinear for _, m in model.named_modules()))
+
+    monkeypatch.setattr(row_linear, "remove", removed)
+    sp = SamplingParams(max_tokens=4, ignore_eos=True)
+    out = ab_row_linear(plain, mtp, PROMPTS[:2], sp, pairs=1)
+    assert seen and not any(seen), "the off state must leave no routed layer"
+    assert set(out["summary"]) == {
+        "plain_on_over_off", "mtp_on_over_off", "mtp_over_plain_off", "mtp_over_plain_on"
+    }  # fmt: skip
+    assert all(v > 0 for v in out["summary"].values())
+    # It ends on: the engines as MLX CUDA runs them, each state with its own traces.
+    assert any(type(m) is row_linear.RowLinear for _, m in mtp.model.named_modules())
+    assert mtp.drafter.compiled is not None
