@@ -24,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from bench.peers import heldout_prompts
+from bench.peers import add_workload_args, heldout_prompts
 
 
 def primitives(arrays: list[Any]) -> collections.Counter[str]:
@@ -114,11 +114,8 @@ def measure(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-dir", type=Path, required=True)
+    add_workload_args(ap, max_tokens=48)
     ap.add_argument("--batch-sizes", default="1,4,8,16")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--top", type=int, default=40, help="primitives listed per round")
     ap.add_argument("--out", type=Path, default=Path("bench/results/graph_ops_cpu.json"))
     args = ap.parse_args()

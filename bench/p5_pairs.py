@@ -21,7 +21,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from bench.peers import heldout_prompts
+from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 
 
@@ -80,11 +80,8 @@ def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-dir", type=Path, required=True)
+    add_workload_args(ap, max_tokens=96)
     ap.add_argument("--batch-sizes", default="1,4,8,16")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--label", default="", help="what tree or setting this run measures")
     ap.add_argument("--ab-row-linear", action="store_true",

@@ -98,6 +98,15 @@ def heldout_prompts(model_dir: Path, n: int) -> list[list[int]]:
     return [tok.encode(text).ids for text in heldout_texts(n)]
 
 
+def add_workload_args(ap: argparse.ArgumentParser, max_tokens: int) -> None:
+    """--model-dir, --prompts, --max-tokens, --depth: a checkpoint decoding its held-out prompts
+    (bench/graph_ops.py, bench/p5_pairs.py, bench/round_split.py)."""
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=max_tokens)
+    ap.add_argument("--depth", type=int, default=3, help="MTP drafts per round")
+
+
 class Peers:
     """Loaded models and the runner for each system name."""
 

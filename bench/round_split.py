@@ -25,7 +25,7 @@ import mlx.core as mx
 
 import workers.engine as engine_module
 import workers.pipeline as pipeline_module
-from bench.peers import heldout_prompts
+from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 
 
@@ -82,12 +82,9 @@ def instrument(engine: Engine, parts: bool) -> Split:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-dir", type=Path, required=True)
+    add_workload_args(ap, max_tokens=96)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--drafter", choices=["mtp", "none"], default="mtp")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--parts", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()

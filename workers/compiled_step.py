@@ -40,12 +40,15 @@ class CompiledStep:
     """`step(layer_cache, *inputs)` on `cache.layers[0]`, compiled per shape and span.
 
     `modules` are every module whose weights the step reads: they go into the compiled graph
-    as inputs, and the modules' shapes, dtypes and settings are part of the trace's key."""
+    as inputs, and the modules' shapes, dtypes and settings are part of the trace's key. The
+    weights are read here, once (a step is on the hot path): a model updated after this needs a
+    new CompiledStep."""
 
     def __init__(self, step: Step, modules: list[nn.Module]):
         self.step, self.modules = step, modules
         flat = [_params(m) for m in modules]
         self._names = [[name for name, _ in f] for f in flat]
+        self.weights = [a for f in flat for _, a in f]
         self.signature = (
             getattr(step, "__qualname__", repr(step)),
             tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
@@ -53,9 +56,6 @@ class CompiledStep:
             tuple(type(sub).__name__ for m in modules for _, sub in m.named_modules()),
             tuple((name, a.shape, a.dtype) for f in flat for name, a in f),
         )
-
-    def weights(self) -> list[mx.array]:
-        return [a for m in self.modules for _, a in _params(m)]
 
     def __call__(self, cache: BatchCache, width: int, *inputs: mx.array) -> tuple[mx.array, ...]:
         """Run the step for a window of `width` tokens (set_window_valid already called)."""
@@ -76,9 +76,8 @@ class CompiledStep:
                 _TRACES.clear()
             tracing = [self, cache]
             fn = _TRACES[key] = mx.compile(_traced(tracing))
-        weights = self.weights()
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
-            *weights, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
+            *self.weights, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
         )
         if tracing is not None:  # traced on that call: the table keeps no engine alive
             tracing.clear()

@@ -35,7 +35,7 @@ from workers.compiled_step import CompiledStep
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows
 from workers.kv_cache import BatchCache
-from workers.mtp.hidden import embed, final_norm, lm_head, text_model
+from workers.mtp.hidden import embed, final_norm, lm_head, shared_modules, text_model
 
 
 class MTPDrafter:
@@ -248,10 +248,9 @@ class MTPDrafter:
         """One head step over a window of pairs, hidden [B, W, H] and tokens [B, W]; returns
         the chain hidden [B, 1, H] and the logits [B, V] at each row's index `last` [B]."""
         self.cache.set_window_valid(valid)
-        if self.compiled is not None:
-            chain, logits = self.compiled(self.cache, tokens.shape[1], hidden, tokens, last)
-            return chain, logits
-        chain, logits = self._head_window(self.cache.layers[0], hidden, tokens, last)
+        if self.compiled is None:
+            return self._head_window(self.cache.layers[0], hidden, tokens, last)
+        chain, logits = self.compiled(self.cache, tokens.shape[1], hidden, tokens, last)
         return chain, logits
 
     def _head_window(
@@ -266,10 +265,7 @@ class MTPDrafter:
     def compile_steps(self) -> None:
         """Run head steps as compiled graphs (workers/compiled_step.py): where each new shape
         costs a graph build anyway (MLX CUDA) and the host, not the device, bounds a round."""
-        tm = text_model(self.target)
-        reads = [self.head, tm.model.embed_tokens] + (
-            [tm.lm_head] if hasattr(tm, "lm_head") else []
-        )
+        reads: list = [self.head, *shared_modules(self.target)]  # the head's weights, the target's
         self.compiled = CompiledStep(self._head_window, reads)
 
 

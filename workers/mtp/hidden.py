@@ -45,6 +45,13 @@ def lm_head(model: Any, normed: mx.array) -> mx.array:
     return tm.model.embed_tokens.as_linear(normed)
 
 
+def shared_modules(model: Any) -> list[nn.Module]:
+    """The target's modules `embed` and `lm_head` read (whose weights an MTP head step uses)."""
+    tm = text_model(model)
+    head: nn.Module | None = getattr(tm, "lm_head", None)
+    return [tm.model.embed_tokens] + ([head] if head is not None else [])
+
+
 def final_norm(model: Any, hidden: mx.array) -> mx.array:
     """The target's final norm on a pre-norm hidden [B, L, H] (the post-norm hidden)."""
     return text_model(model).model.norm(hidden)
