@@ -25,6 +25,7 @@ import mlx.core as mx
 
 import workers.engine as engine_module
 import workers.pipeline as pipeline_module
+import workers.prefill_job as prefill_job
 from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 
@@ -68,7 +69,16 @@ def instrument(engine: Engine, parts: bool) -> Split:
     split.wrap(engine.cache, "commit_lazy", "cache.commit_lazy")
     if engine.drafter is not None:
         split.wrap(engine.drafter, "commit", "drafter.commit")
+    # A join's parts (inside _admit)
+    split.wrap(engine_module, "start_prefill", "admit: start_prefill")
+    split.wrap(engine_module, "prompt_hidden", "admit: prompt_hidden")
+    split.wrap(prefill_job.Prefill, "advance", "admit: Prefill.advance")
+    split.wrap(engine.prefix_cache, "insert", "admit: prefix_cache.insert")
+    split.wrap(engine.cache, "append", "admit: cache.append")
+    if engine.drafter is not None:
+        split.wrap(engine.drafter, "add_rows", "admit: drafter.add_rows")
     split.wrap(mx, "async_eval", "async_eval (MLX encoding and launching)")
+    split.wrap(mx, "eval", "eval (waits)")
     split.wrap(pipeline_module.Flight, "read_back", "Flight.read_back (waiting for the device)")
     if parts:
         split.dispatch_after(
@@ -80,14 +90,34 @@ def instrument(engine: Engine, parts: bool) -> Split:
     return split
 
 
+def force_prefill_cut(cut: bool) -> None:
+    """Every Prefill the engine starts from now on cuts (or not) at the head's window."""
+    real = getattr(prefill_job.Prefill, "real", prefill_job.Prefill)  # forced before: unwrap
+
+    def forced(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **{**kwargs, "cut_at_window": cut})
+
+    forced.real = real  # type: ignore[attr-defined]
+    prefill_job.Prefill = forced  # type: ignore[assignment, misc]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_args(ap, max_tokens=96)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--drafter", choices=["mtp", "none"], default="mtp")
     ap.add_argument("--parts", action="store_true")
+    ap.add_argument(
+        "--prefill-cut",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="force a join's prefill to stop where the head's window starts (on) or "
+        "to run whole (off); auto: the backend's choice",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.prefill_cut != "auto":
+        force_prefill_cut(args.prefill_cut == "on")
     prompts = heldout_prompts(args.model_dir, args.prompts)
     sp = [SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)] * len(
         prompts
@@ -102,16 +132,19 @@ def main() -> None:
     t0 = time.perf_counter()
     outs = engine.generate(prompts, sp)
     seconds = time.perf_counter() - t0
-    rounds = len([s for s in engine.take_round_stats() if s.batch_size])
+    sizes = [s.batch_size for s in engine.take_round_stats() if s.batch_size]
+    rounds = len(sizes)
     tokens = sum(len(o.tokens) for o in outs)
     result = {
-        "drafter": args.drafter, "batch_size": args.batch_size, "device": str(mx.default_device()),
+        "drafter": args.drafter, "batch_size": args.batch_size, "prefill_cut": args.prefill_cut, "device": str(mx.default_device()),
         "tokens_per_s": tokens / seconds, "rounds": rounds, "ms_per_round": 1e3 * seconds / rounds,
+        "rows_per_round": sum(sizes) / rounds, "rounds_below_full": sum(n < args.batch_size for n in sizes),
         "ms_per_round_by_phase": {k: round(1e3 * v / rounds, 3) for k, v in
                                   sorted(split.seconds.items(), key=lambda kv: -kv[1])},
     }  # fmt: skip
     print(f"{args.drafter} B={args.batch_size}: {result['tokens_per_s']:.0f} tokens/s, "
-          f"{rounds} rounds, {result['ms_per_round']:.2f} ms a round")  # fmt: skip
+          f"{rounds} rounds ({result['rounds_below_full']} below B), {result['rows_per_round']:.2f} rows "
+          f"a round, {result['ms_per_round']:.2f} ms a round")  # fmt: skip
     for k, v in result["ms_per_round_by_phase"].items():
         print(f"   {k:45s} {v:6.3f} ms")
     if args.out:

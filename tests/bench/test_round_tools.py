@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
+import workers.prefill_job as prefill_job
 from bench.p5_pairs import ab_row_linear
-from bench.round_split import instrument
+from bench.round_split import force_prefill_cut, instrument
 from workers import Engine, SamplingParams, row_linear
 from workers.compiled_step import COMPILE_ENV
 
@@ -21,7 +22,8 @@ def test_round_split_times_each_phase_and_parts_within_the_wall():
     wall = time.perf_counter() - t0
     got = split.seconds
     for phase in ("_launch", "_forward", "_draft", "_admit", "dispatch:_forward",
-                  "dispatch:_draft", "async_eval (MLX encoding and launching)"):  # fmt: skip
+                  "dispatch:_draft", "async_eval (MLX encoding and launching)",
+                  "admit: Prefill.advance", "admit: drafter.add_rows"):  # fmt: skip
         assert got[phase] > 0, phase
     # The host phases of a step do not overlap: together they fit in the wall time.
     assert got["_launch"] + got["_collect"] + got["_admit"] <= wall
@@ -50,3 +52,22 @@ def test_ab_row_linear_switches_the_route_in_place_and_back_on(monkeypatch):
     # It ends on: the engines as MLX CUDA runs them, each state with its own traces.
     assert any(type(m) is row_linear.RowLinear for _, m in mtp.model.named_modules())
     assert mtp.drafter.compiled is not None
+
+
+def test_force_prefill_cut_reaches_every_prefill_the_engine_starts(monkeypatch):
+    monkeypatch.setattr(prefill_job, "Prefill", prefill_job.Prefill)  # restored after the test
+    cuts = []
+    real = prefill_job.Prefill.advance
+
+    def advance(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        cuts.append(self.cut_at_window)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(prefill_job.Prefill, "advance", advance)
+    engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
+    sp = SamplingParams(max_tokens=3, ignore_eos=True)
+    for cut in (False, True):
+        cuts.clear()
+        force_prefill_cut(cut)
+        engine.generate(PROMPTS, [sp] * len(PROMPTS))
+        assert cuts and set(cuts) == {cut}
