@@ -33,16 +33,33 @@ from workers import Engine, SamplingParams
 class Split:
     def __init__(self) -> None:
         self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.scope = ""  # set while a scoped phase runs: nested phases are also timed apart
 
-    def wrap(self, owner: Any, name: str, key: str | None = None) -> None:
+    def wrap(
+        self,
+        owner: Any,
+        name: str,
+        key: str | None = None,
+        scope: bool = False,
+        by_scope: bool = False,
+    ) -> None:
+        """Time owner.name as `key`; `scope`: phases inside it see its name; `by_scope`: also
+        time the calls made inside each scope apart."""
         real = getattr(owner, name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            outer = self.scope
+            if scope:
+                self.scope = key or name
             t0 = time.perf_counter()
             try:
                 return real(*args, **kwargs)
             finally:
-                self.seconds[key or name] += time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                self.scope = outer
+                self.seconds[key or name] += dt
+                if outer and by_scope:
+                    self.seconds[f"{key or name} (in {outer})"] += dt
 
         setattr(owner, name, timed)
 
@@ -63,7 +80,7 @@ class Split:
 def instrument(engine: Engine, parts: bool) -> Split:
     split = Split()
     for name in ("_launch", "_collect", "_draft", "_forward", "_drop_finished", "_admit"):
-        split.wrap(engine, name)
+        split.wrap(engine, name, scope=name == "_admit")
     split.wrap(engine_module, "greedy_outcome")
     split.wrap(engine_module, "emit_round")
     split.wrap(engine.cache, "commit_lazy", "cache.commit_lazy")
@@ -72,13 +89,14 @@ def instrument(engine: Engine, parts: bool) -> Split:
     # A join's parts (inside _admit)
     split.wrap(engine_module, "start_prefill", "admit: start_prefill")
     split.wrap(engine_module, "prompt_hidden", "admit: prompt_hidden")
-    split.wrap(prefill_job.Prefill, "advance", "admit: Prefill.advance")
+    split.wrap(prefill_class(), "advance", "admit: Prefill.advance")
+    split.wrap(prefill_job, "prefill_chunk", "admit: prefill_chunk")
     split.wrap(engine.prefix_cache, "insert", "admit: prefix_cache.insert")
     split.wrap(engine.cache, "append", "admit: cache.append")
     if engine.drafter is not None:
         split.wrap(engine.drafter, "add_rows", "admit: drafter.add_rows")
-    split.wrap(mx, "async_eval", "async_eval (MLX encoding and launching)")
-    split.wrap(mx, "eval", "eval (waits)")
+    split.wrap(mx, "async_eval", "async_eval (MLX encoding and launching)", by_scope=True)
+    split.wrap(mx, "eval", "eval (waits)", by_scope=True)
     split.wrap(pipeline_module.Flight, "read_back", "Flight.read_back (waiting for the device)")
     if parts:
         split.dispatch_after(
@@ -90,9 +108,53 @@ def instrument(engine: Engine, parts: bool) -> Split:
     return split
 
 
+class StepTimes:
+    """Each engine step's wall time, and whether a joining prefill advanced in it: what a step
+    with a join costs against one without."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, bool]] = []
+        self.joined = False
+
+    def summary(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        for name, flag in (("with_prefill", True), ("without", False)):
+            ts = sorted(t for t, j in self.steps if j == flag)
+            out[f"{name}_n"] = len(ts)
+            if ts:
+                out[f"{name}_median_ms"] = round(1e3 * ts[len(ts) // 2], 3)
+                out[f"{name}_total_ms"] = round(1e3 * sum(ts), 1)
+        return out
+
+
+def time_steps(engine: Engine) -> StepTimes:
+    times = StepTimes()
+    step, advance = engine.step, prefill_class().advance
+
+    def timed_step() -> Any:
+        times.joined = False
+        t0 = time.perf_counter()
+        out = step()
+        times.steps.append((time.perf_counter() - t0, times.joined))
+        return out
+
+    def flagged(self: Any, *args: Any, **kwargs: Any) -> Any:
+        times.joined = True
+        return advance(self, *args, **kwargs)
+
+    engine.step = timed_step  # type: ignore[method-assign]
+    prefill_class().advance = flagged  # type: ignore[method-assign]
+    return times
+
+
+def prefill_class() -> type:
+    """workers.prefill_job.Prefill, also while force_prefill_cut has wrapped it."""
+    return getattr(prefill_job.Prefill, "real", prefill_job.Prefill)
+
+
 def force_prefill_cut(cut: bool) -> None:
     """Every Prefill the engine starts from now on cuts (or not) at the head's window."""
-    real = getattr(prefill_job.Prefill, "real", prefill_job.Prefill)  # forced before: unwrap
+    real = prefill_class()
 
     def forced(*args: Any, **kwargs: Any) -> Any:
         return real(*args, **{**kwargs, "cut_at_window": cut})
@@ -129,6 +191,7 @@ def main() -> None:
     engine.generate(prompts, sp)  # warm: kernels and graphs of every shape
     engine.take_round_stats()
     split = instrument(engine, args.parts)
+    steps = time_steps(engine)
     t0 = time.perf_counter()
     outs = engine.generate(prompts, sp)
     seconds = time.perf_counter() - t0
@@ -139,12 +202,15 @@ def main() -> None:
         "drafter": args.drafter, "batch_size": args.batch_size, "prefill_cut": args.prefill_cut, "device": str(mx.default_device()),
         "tokens_per_s": tokens / seconds, "rounds": rounds, "ms_per_round": 1e3 * seconds / rounds,
         "rows_per_round": sum(sizes) / rounds, "rounds_below_full": sum(n < args.batch_size for n in sizes),
+        "steps": steps.summary(),
         "ms_per_round_by_phase": {k: round(1e3 * v / rounds, 3) for k, v in
                                   sorted(split.seconds.items(), key=lambda kv: -kv[1])},
     }  # fmt: skip
     print(f"{args.drafter} B={args.batch_size}: {result['tokens_per_s']:.0f} tokens/s, "
           f"{rounds} rounds ({result['rounds_below_full']} below B), {result['rows_per_round']:.2f} rows "
           f"a round, {result['ms_per_round']:.2f} ms a round")  # fmt: skip
+    for k, v in result["steps"].items():
+        print(f"   steps {k:39s} {v}")
     for k, v in result["ms_per_round_by_phase"].items():
         print(f"   {k:45s} {v:6.3f} ms")
     if args.out:
