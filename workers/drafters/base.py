@@ -119,9 +119,10 @@ class BoundedDrafter(Drafter, Protocol):
     """A device-resident drafter with its own ragged cache, whose host-side length bounds the
     engine tightens once it has read a pipelined round (as it does for the target's cache)."""
 
-    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray, in_flight: bool = True) -> None:
         """bounds: [B] int64, each row's exact committed length (history minus its unverified
-        last token); rows: [B] bool, the rows to narrow (live ones; the others keep theirs)."""
+        last token); rows: [B] bool, the rows to narrow (live ones; the others keep theirs);
+        in_flight: a round launched after the one just read is still unread."""
 
 
 def empty_proposal(batch_size: int) -> Proposal:
