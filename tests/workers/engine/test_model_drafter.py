@@ -13,9 +13,10 @@ refreshed after a host-synced round).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tests.tiny import mixed_prompts, reference_greedy, tiny_model
+from tests.tiny import mixed_prompts, perturbed, reference_greedy, tiny_model
 from workers import Engine, ModelDrafter, SamplingParams
 
 MAX_TOKENS = 14
@@ -89,3 +90,39 @@ def test_rows_that_sample_switch_the_batch_to_host_synced_rounds_and_back(target
     assert synced, "no host-synced round: the test did not switch modes"
     # Drafts equal to the target's distribution are accepted by rejection sampling too.
     assert acceptance(engine) > 0.9
+
+
+class Checked(ModelDrafter):
+    """Checks that the host's exact lengths are the cache's own wherever the host has read the
+    rounds (after every tighten, and after a host-synced round's commit)."""
+
+    checked = 0
+
+    def tighten(self, bounds, rows, in_flight=True):  # type: ignore[no-untyped-def]
+        super().tighten(bounds, rows, in_flight)
+        self.check()
+
+    def commit(self, num_accepted, hidden=None, tokens=None):  # type: ignore[no-untyped-def]
+        super().commit(num_accepted, hidden, tokens)
+        if isinstance(num_accepted, np.ndarray):
+            self.check()
+
+    def check(self) -> None:
+        done = self.chain_launch < 0
+        device = np.array(self.cache.lengths_mx)
+        assert (device[done] == self.exact_len[done]).all(), (device, self.exact_len, done)
+        Checked.checked += int(done.sum())
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_exact_lengths_match_the_cache_with_drafts_partly_accepted(target, pipeline):
+    """A draft model that is often wrong: each round keeps a different number of chained
+    drafts, which the host learns only once it reads the round."""
+    prompts = mixed_prompts(7, seed=5, lengths=[3, 17, 9, 40, 2, 26, 12])
+    drafter = Checked(perturbed(target, scale=0.1), prefill_step_size=8)
+    engine = Engine(target, drafter=drafter, max_batch_size=3, draft_depth=3, pipeline=pipeline)
+    engine.depth_policy = Schedule(3)  # type: ignore[assignment]
+    Checked.checked = 0
+    engine.generate(prompts, SamplingParams(max_tokens=40))
+    assert 0.2 < acceptance(engine) < 0.9  # partly accepted: kept chains of every length
+    assert Checked.checked > 0
