@@ -293,7 +293,7 @@ class Engine:
         self.cache.tighten(exact + inflight, live, exact=inflight <= 1)
         tighten = getattr(self.drafter, "tighten", None)
         if tighten is not None:
-            tighten(exact, live, in_flight=self._flight is not None)
+            tighten(exact, live)
         return []
 
     def _sampling(self) -> RoundSampling | None:

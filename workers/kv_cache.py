@@ -359,14 +359,6 @@ class BatchCache:
         self.lengths = self.lengths - d
         self.lengths_mx = self.lengths_mx - mx.array(d.astype(np.int32))
 
-    def rollback_lazy(self, num_drop: mx.array) -> None:
-        """`rollback` with counts still on the device ([B] int32): the device lengths are exact,
-        the host's stay as they were (upper bounds) until `tighten`."""
-        if any(self.recurrent):
-            raise ValueError("recurrent layers cannot roll back; use them only in targets")
-        self.exact = False
-        self.lengths_mx = self.lengths_mx - num_drop.astype(mx.int32)
-
     def reset_rows(self, rows: np.ndarray) -> None:
         """Empty the rows where `rows` [B] bool is set (drafter caches restarting a row)."""
         if any(self.recurrent):

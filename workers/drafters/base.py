@@ -119,10 +119,9 @@ class BoundedDrafter(Drafter, Protocol):
     """A device-resident drafter with its own ragged cache, whose host-side length bounds the
     engine tightens once it has read a pipelined round (as it does for the target's cache)."""
 
-    def tighten(self, bounds: np.ndarray, rows: np.ndarray, in_flight: bool = True) -> None:
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
         """bounds: [B] int64, each row's exact committed length (history minus its unverified
-        last token); rows: [B] bool, the rows to narrow (live ones; the others keep theirs);
-        in_flight: a round launched after the one just read is still unread."""
+        last token); rows: [B] bool, the rows to narrow (live ones; the others keep theirs)."""
 
 
 def empty_proposal(batch_size: int) -> Proposal:

@@ -144,7 +144,7 @@ class MTPDrafter:
         self.histories = [self.histories[i] for i in idx]
         self.backlog = [p.with_rows(idx) for p in self.backlog] if idx else []
 
-    def tighten(self, bounds: np.ndarray, rows: np.ndarray, in_flight: bool = True) -> None:
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
         """The host learnt the target cache's committed lengths after the round whose pairs were
         absorbed last. After `commit` (chain rolled back) the MTP cache holds one entry per such
         slot, so those lengths bound ours (BatchCache.tighten)."""
