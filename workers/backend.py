@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -31,3 +32,10 @@ class Backend:
     def current(cls) -> Backend:
         gpu = mx.default_device() == mx.gpu
         return cls(builds_per_shape=gpu and mx.cuda.is_available(), computes_in_launch=not gpu)
+
+    def wants(self, env: str) -> bool:
+        """A launch-saving route (per-row gemv linears, compiled drafter steps): the
+        environment's "1" / "0" for `env`, else on where launches and shapes cost the most
+        (builds_per_shape: MLX CUDA)."""
+        setting = {"1": True, "0": False}.get(os.environ.get(env, ""))
+        return self.builds_per_shape if setting is None else setting

@@ -9,7 +9,6 @@ with every 8th round at 2 (no policy) ran at 0.39-0.89x of depth 3 throughout.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,12 +37,9 @@ def attach_drafter(
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
     head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
-    if head is not None and row_linear.wanted(backend.builds_per_shape):
+    if head is not None and backend.wants(row_linear.ENV):
         row_linear.install(head)  # before compile_steps: a trace's key names the classes
-    compile_steps = {"1": True, "0": False}.get(os.environ.get(COMPILE_ENV, ""))
-    if compile_steps is None:
-        compile_steps = backend.builds_per_shape
-    if compile_steps and hasattr(drafter, "compile_steps"):
+    if backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return needs_hidden, post_norm, None

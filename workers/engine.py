@@ -91,7 +91,7 @@ class Engine:
         )
         backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
         self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
-        if row_linear.wanted(backend.builds_per_shape):  # few-row linears as gemvs (MLX CUDA)
+        if backend.wants(row_linear.ENV):  # few-row linears as gemvs (MLX CUDA)
             row_linear.install(model)
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
             drafter, model, self.config, backend

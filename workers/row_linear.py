@@ -12,14 +12,13 @@ weights (read from L2) and few rows take this route (bench/row_matmul.py measure
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 import mlx.nn as nn
 
 ROWS_MAX = 32  # rows (tokens in the forward) up to which a layer runs as per-row gemvs
 WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take the route
-# "1" / "0": install the route or not, on any backend (unset: where builds_per_shape).
+# "1" / "0": install the route or not, on any backend (unset: where builds_per_shape;
+# Backend.wants).
 ENV = "SPECFLEET_ROW_LINEAR"
 
 _indices: dict[int, tuple[mx.array, mx.array]] = {}  # M -> (arange(M), zeros(M)), uint32
@@ -40,12 +39,6 @@ class RowLinear(nn.Linear):
             x.reshape(M, 1, K), self.weight.T[None], lhs_indices=rows, rhs_indices=zero
         )  # [M, 1, N]
         return y.reshape(*x.shape[:-1], -1)
-
-
-def wanted(builds_per_shape: bool) -> bool:
-    """Whether this engine installs the route: the env setting, else the backend's."""
-    setting = {"1": True, "0": False}.get(os.environ.get(ENV, ""))
-    return builds_per_shape if setting is None else setting
 
 
 def install(model: object) -> int:

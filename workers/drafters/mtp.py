@@ -122,7 +122,7 @@ class MTPDrafter:
                 W = tokens.shape[1]
                 h = _pad_axis1(hidden[:, start : start + W], W)
                 new.set_window_valid(valid)
-                self.head.step(h, embed(self.target, tokens), cache=new.layers[0])  # type: ignore[attr-defined]
+                self._head_step(new.layers[0], h, tokens)
                 new.commit(valid)
                 # Free a chunk's graph before the next. The last stays lazy and runs with the
                 # first round that drafts from it: evaluating it here would make the host wait
@@ -256,11 +256,18 @@ class MTPDrafter:
     def _head_window(
         self, layer: object, hidden: mx.array, tokens: mx.array, last: mx.array
     ) -> tuple[mx.array, mx.array]:
-        """The head's step on one layer cache (the function `compiled` traces)."""
-        chain, normed = self.head.step(hidden, embed(self.target, tokens), cache=layer)  # type: ignore[attr-defined]
+        """The head's step on one layer cache, read at each row's `last` pair (the function
+        `compiled` traces)."""
+        chain, normed = self._head_step(layer, hidden, tokens)
         idx = last[:, None, None]  # [B, 1, 1]
         at_last = mx.take_along_axis(normed, idx, axis=1)  # [B, 1, H]
         return mx.take_along_axis(chain, idx, axis=1), lm_head(self.target, at_last)[:, 0]
+
+    def _head_step(
+        self, layer: object, hidden: mx.array, tokens: mx.array
+    ) -> tuple[mx.array, mx.array]:
+        """(chain, normed) [B, W, H] of the head over pairs (hidden [B, W, H], tokens [B, W])."""
+        return self.head.step(hidden, embed(self.target, tokens), cache=layer)  # type: ignore[attr-defined,no-any-return]
 
     def compile_steps(self) -> None:
         """Run head steps as compiled graphs (workers/compiled_step.py): where each new shape
