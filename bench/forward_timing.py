@@ -31,6 +31,21 @@ def time_calls(fn: Callable, xs: list[mx.array], ws: list[mx.array], reps: int) 
     return (time.perf_counter() - t0) / (reps * len(ws))
 
 
+def time_queued(
+    fn: Callable, xs: list[mx.array], ws: list[mx.array], calls: int = 64, reps: int = 5
+) -> float:
+    """Seconds per call with `calls` calls (cycling the weight copies) in one evaluation: the
+    device's time per call, the host's launch and sync spread over many (median of `reps`)."""
+    batch = [(xs[i % len(xs)], ws[i % len(ws)]) for i in range(calls)]
+    mx.eval([fn(x, w) for x, w in batch])
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        mx.eval([fn(x, w) for x, w in batch])
+        times.append((time.perf_counter() - t0) / calls)
+    return float(np.median(times))
+
+
 def forward_cells(
     model: object, shapes: Sequence[tuple[int, int]], context: int = 128, vocab: int = 32000
 ) -> dict[tuple[int, int], tuple]:
@@ -48,6 +63,21 @@ def forward_cells(
             *pad_windows([rng.integers(0, vocab, W).tolist() for _ in range(B)]),
         )
     return cells
+
+
+def time_forward_pipelined(model: object, cell: tuple, reps: int = 20) -> float:
+    """Seconds per forward with each launched before the last finished (mx.async_eval, as the
+    engine's rounds overlap): the device's time where it, not the host, bounds a forward."""
+    from workers.forward import forward_window
+
+    cache, tokens, valid = cell
+    mx.eval(forward_window(model, cache, tokens, valid))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = forward_window(model, cache, tokens, valid)
+        mx.async_eval(out)
+    mx.eval(out)
+    return (time.perf_counter() - t0) / reps
 
 
 def time_forward(model: object, cell: tuple, reps: int = 10) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.engine import run_batch_generator
 from bench.forced_drafter import DeviceForcedDrafter
-from workers import Engine, SamplingParams
+from workers import Engine, SamplingParams, skinny_linear
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 
@@ -74,7 +74,27 @@ def verify_ratio(model, B: int, K: int, ctx: int = 128, reps: int = 10) -> float
     return times[K + 1] / times[1]
 
 
-def measure(model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats: int = 3) -> dict:
+def routed_verify_ratio(model, B: int, K: int, on: bool) -> float:
+    """verify_ratio with workers/skinny_linear.py installed where the engine would (on) or not."""
+    (skinny_linear.install if on else skinny_linear.remove)(model)
+    return verify_ratio(model, B, K)
+
+
+def route_off(make):
+    """An engine maker whose engine runs without the skinny-linear route (the A/B's off side):
+    engines install it on the shared model when built, so each pass sets its own state."""
+
+    def made():
+        engine = make()
+        skinny_linear.remove(engine.model)
+        return engine
+
+    return made
+
+
+def measure(
+    model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats: int = 3, ab: bool = False
+) -> dict:
     """One batch size: plain engine (pipelined and one round at a time), BatchGenerator, and
     forced acceptance with a device-resident drafter (the zero-cost, always-right drafter).
 
@@ -96,6 +116,8 @@ def measure(model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats
         "sync": lambda: Engine(model, None, max_batch_size=B, pipeline=False),
         "forced": forced,
     }
+    if ab:  # the same configurations with workers/skinny_linear.py off, taking turns with them
+        makers |= {"plain_off": route_off(makers["plain"]), "forced_off": route_off(forced)}
     tokens_per_s: dict[str, list[float]] = {k: [] for k in [*makers, "bg"]}
     last: dict = {}
     for rep in range(repeats + 1):  # pass 0 is the untimed warm-up of each configuration
@@ -111,6 +133,13 @@ def measure(model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats
         if rep:
             tokens_per_s["bg"].append(bg)
     med = {k: float(np.median(v)) for k, v in tokens_per_s.items()}
+    ab_rows = {}
+    if ab:
+        ab_rows = {
+            "plain_on_over_off": med["plain"] / med["plain_off"],
+            "forced_on_over_off": med["forced"] / med["forced_off"],
+            "plain_off_over_batch_generator": med["plain_off"] / med["bg"],
+        }
     spec, engine = last["forced"]
     outs = last["plain"][0]
     drafts = sum(o.num_draft_tokens for o in spec)
@@ -133,7 +162,13 @@ def measure(model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats
         # (K+1)-token verify cost one decode step (the bandwidth-bound ideal).
         "efficiency": speedup / per_round,
         "rows_identical_to_plain": f"{sum(a.tokens == b.tokens for a, b in zip(spec, outs))}/{B}",
-        "verify_over_decode_time": verify_ratio(model, B, depth),
+        **ab_rows,
+        "verify_over_decode_time": routed_verify_ratio(model, B, depth, on=True),
+        **(
+            {"verify_over_decode_time_off": routed_verify_ratio(model, B, depth, on=False)}
+            if ab
+            else {}
+        ),  # fmt: skip
         "tokens_per_s_each_pass": {k: [round(x, 1) for x in v] for k, v in tokens_per_s.items()},
     }
 
@@ -154,6 +189,11 @@ def main() -> None:
     ap.add_argument("--presets", default="1b,6b")
     ap.add_argument("--skip-default", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per configuration")
+    ap.add_argument(
+        "--ab-skinny",
+        action="store_true",
+        help="also run plain and forced with workers/skinny_linear.py off, in turns",
+    )
     args = ap.parse_args()
 
     res: dict = {
@@ -169,7 +209,9 @@ def main() -> None:
         res["models"][preset] = entry
         rng = np.random.default_rng(1)
         for B in [int(b) for b in args.batch_sizes.split(",")]:
-            row = measure(model, 32000, B, args.max_tokens, args.depth, rng, args.repeats)
+            row = measure(
+                model, 32000, B, args.max_tokens, args.depth, rng, args.repeats, args.ab_skinny
+            )
             entry["rows"][str(B)] = row
             print(
                 f"{preset} B={B}",

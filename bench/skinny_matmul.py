@@ -1,5 +1,5 @@
-"""GPU experiment: a skinny-M matmul kernel of our own against MLX's matmul, per call and in
-whole forwards. It lost, so the engine does not use it; this script keeps the measurement.
+"""GPU experiment: skinny-M matmul kernels of our own against MLX's matmul, per call and in
+whole forwards. The first two lost; the third is workers/skinny_linear.py (opt-in).
 
     python -m bench.skinny_matmul --out F.json [--variants 4x4,2x4,8x4] [--rows 1,2,5,8,40]
 
@@ -28,6 +28,14 @@ was exact and batch-invariant too, won some small shapes at 5-8 rows (1b k/v 2.6
 at 1 row (0.65-0.89x): it streams at ~1.7 TB/s where MLX's kernels reach ~2.6; whole forwards
 were slower with it at W=1 (0.60-0.65x) and even at W=5 (0.92-1.00x). Closing that needs a
 deeper load pipeline (cp.async, more bytes in flight per lane), not attempted.
+
+The deep-load kernel ('dRuU', workers/skinny_linear.py, stop 27) issues every load of a trip
+before its first FMA. With `--timing queued` (64 calls per evaluation: the device's time, not
+a sync per call; bench/results/s27/skinny_matmul_deep_h200.json, H200) it beat MLX at 2-8 rows
+on every weight of at most 32 MiB (6.6B q/o 1.1-1.9x, k/v 1.2-2.1x; 1B all four 1.2-2.8x, except
+gate/up at 2 rows, 0.81x) and lost on the 96 MiB MLP weights and the lm_head (0.55-0.97x) and at
+one row everywhere (0.57-1.01x): MLX's gemv streams the wide weights at 3+ TB/s. So the engine's
+route (opt-in, SPECFLEET_SKINNY_LINEAR=1) takes 2-8 rows on weights of at most 32 MiB only.
 """
 
 from __future__ import annotations
@@ -42,7 +50,15 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from bench.forward_timing import forward_cells, streamed_weights, time_calls, time_forward
+from bench.forward_timing import (
+    forward_cells,
+    streamed_weights,
+    time_calls,
+    time_forward,
+    time_forward_pipelined,
+    time_queued,
+)
+from workers import skinny_linear
 
 # Block of NW warps; warp w owns R consecutive weight rows (outputs n0 .. n0 + R - 1) and the
 # block's chunk of up to 8 rows of x (grid axis x). Each lane reads 8 contiguous elements
@@ -215,7 +231,12 @@ def tc_matmul(x: mx.array, w: mx.array, S: int = 4) -> mx.array:
 
 
 def variant(name: str):
-    """'RxNW': the CUDA-core kernel; 'tcS': the tensor-core kernel with S k-slices."""
+    """'RxNW': the CUDA-core kernel; 'tcS': the tensor-core kernel with S k-slices; 'dRuU': the
+    deep-load kernel the engine routes to (workers/skinny_linear.py; R weight rows per warp, U
+    loads per row in flight)."""
+    if name.startswith("d"):
+        R, U = (int(v) for v in name[1:].split("u"))
+        return lambda x, w: skinny_linear.matmul(x, w, R, U)
     if name.startswith("tc"):
         S = int(name[2:])
         return lambda x, w: tc_matmul(x, w, S)
@@ -224,6 +245,8 @@ def variant(name: str):
 
 
 ROUTE = "4x4"  # the variant the forwards route to
+TIMER = time_calls  # per call: time_calls (a sync per sweep of copies) or time_queued
+FORWARD_TIMER = time_forward  # whole forwards: synced, or pipelined (time_forward_pipelined)
 
 
 def serves(w: mx.array) -> bool:
@@ -285,9 +308,10 @@ def shapes(hidden: int) -> dict[str, tuple[int, int]]:
     }
 
 
-def per_call(rows: list[int], variants: list[str], reps: int) -> list[dict]:
+def per_call(rows: list[int], variants: list[str], reps: int, presets: list[str]) -> list[dict]:
     out = []
-    for preset, (hidden, _) in PRESETS.items():
+    for preset in presets:
+        hidden = PRESETS[preset][0]
         for name, (N, K) in shapes(hidden).items():
             ws = streamed_weights(N, K)
             for M in rows:
@@ -296,12 +320,12 @@ def per_call(rows: list[int], variants: list[str], reps: int) -> list[dict]:
                 ref = x.astype(mx.float32) @ ws[0].astype(mx.float32).T
                 mlx_y = x @ ws[0].T
                 row = {"preset": preset, "weight": name, "N": N, "K": K, "M": M}
-                row["mlx_us"] = 1e6 * time_calls(lambda a, b: a @ b.T, xs, ws, reps)
+                row["mlx_us"] = 1e6 * TIMER(lambda a, b: a @ b.T, xs, ws, reps)
                 row["mlx_err"] = float(mx.abs(mlx_y.astype(mx.float32) - ref).max())
                 for v in variants:
                     fn = variant(v)
                     y = fn(x, ws[0])
-                    row[v + "_us"] = 1e6 * time_calls(fn, xs, ws, reps)
+                    row[v + "_us"] = 1e6 * TIMER(fn, xs, ws, reps)
                     row[v + "_err"] = float(mx.abs(y.astype(mx.float32) - ref).max())
                     row[v + "_row0_bitwise"] = bool(mx.array_equal(y[:1], fn(x[:1], ws[0])))
                 best = min(variants, key=lambda v: row[v + "_us"])
@@ -332,7 +356,7 @@ def forwards(presets: list[str], repeats: int) -> list[dict]:
             for (B, W), cell in cells.items():
                 for mode in ("on", "off"):
                     MAX_ROWS = 8 if mode == "on" else 0
-                    t = time_forward(model, cell)
+                    t = FORWARD_TIMER(model, cell)
                     if rep:
                         times.setdefault(f"{B},{W},{mode}", []).append(t)
         for B, W in cells:
@@ -366,16 +390,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--presets", default="1b,6b")
     ap.add_argument("--skip-calls", action="store_true")
+    ap.add_argument(
+        "--timing",
+        choices=["synced", "queued"],
+        default="synced",
+        help="queued: 64 calls per evaluation and forwards launched back to back",
+    )
     args = ap.parse_args()
-    global ROUTE
+    global ROUTE, TIMER, FORWARD_TIMER
     ROUTE = args.route
+    if args.timing == "queued":
+        TIMER, FORWARD_TIMER = time_queued, time_forward_pipelined
     variants = args.variants.split(",")
     rows = [int(r) for r in args.rows.split(",")]
     res = {"device": str(mx.default_device()), "platform": platform.platform(),
            "mlx": mx.__version__}  # fmt: skip
     if not args.skip_calls:
-        res["per_call"] = per_call(rows, variants, args.reps)
-    res["route"] = ROUTE
+        res["per_call"] = per_call(rows, variants, args.reps, args.presets.split(","))
+    res["route"], res["timing"] = ROUTE, args.timing
     res["forwards"] = forwards(args.presets.split(","), args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))

@@ -24,7 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from workers import row_linear
+from workers import row_linear, skinny_linear
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
@@ -93,6 +93,8 @@ class Engine:
         self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
         if backend.wants(row_linear.ENV):  # few-row linears as gemvs (MLX CUDA)
             row_linear.install(model)
+        if skinny_linear.wanted():  # opt-in: 2-8 row linears on mid-size weights (MLX CUDA)
+            skinny_linear.install(model)
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
             drafter, model, self.config, backend
         )

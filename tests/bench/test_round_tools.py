@@ -71,3 +71,18 @@ def test_force_prefill_cut_reaches_every_prefill_the_engine_starts(monkeypatch):
         force_prefill_cut(cut)
         engine.generate(PROMPTS, [sp] * len(PROMPTS))
         assert cuts and set(cuts) == {cut}
+
+
+def test_baseline_runs_on_the_linears_mlx_lm_built():
+    """bench.engine.as_mlx_lm_built undoes the engine's routes for a baseline, then restores."""
+    import mlx.nn as nn
+
+    from bench.engine import as_mlx_lm_built
+    from workers import row_linear
+
+    small, other = nn.Linear(64, 96, bias=False), nn.Linear(64, 96, bias=False)
+    tree = nn.Sequential(small, other)
+    assert row_linear.install(tree) == 2
+    with as_mlx_lm_built(tree):
+        assert type(small) is nn.Linear and type(other) is nn.Linear
+    assert type(small) is row_linear.RowLinear and type(other) is row_linear.RowLinear

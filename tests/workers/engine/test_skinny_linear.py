@@ -1,0 +1,58 @@
+"""The 2-8 row linear kernel route (workers/skinny_linear.py): which layers it takes, that it
+never installs without CUDA, and on a CUDA machine its results against an fp32 reference."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+from tests.tiny import tiny_model
+from workers import Engine, skinny_linear
+
+
+def _linear(n: int, k: int, dtype: mx.Dtype = mx.bfloat16, bias: bool = False) -> nn.Linear:
+    layer = nn.Linear(k, n, bias=bias)
+    layer.set_dtype(dtype)
+    return layer
+
+
+def test_only_mid_size_half_precision_bias_free_layers_are_served():
+    mid = _linear(1024, 2048)  # 4 MiB of bf16: past row_linear's 2 MiB, within 32 MiB
+    assert skinny_linear.serves(mid)
+    assert not skinny_linear.serves(_linear(512, 1024))  # 1 MiB: row_linear's
+    assert not skinny_linear.serves(_linear(8192, 4096))  # 64 MiB: MLX's GEMM measured faster
+    assert not skinny_linear.serves(_linear(1024, 2048, mx.float32))  # fp32
+    assert not skinny_linear.serves(_linear(1024, 2048, bias=True))
+    assert not skinny_linear.serves(_linear(1024, 2044))  # rows not whole 16-byte loads
+    assert not skinny_linear.serves(nn.Embedding(2048, 1024))
+
+
+def test_never_installs_without_cuda_even_when_asked(monkeypatch):
+    monkeypatch.setenv(skinny_linear.ENV, "1")
+    if skinny_linear.available():
+        pytest.skip("this machine runs MLX CUDA: the route would install")
+    tree = nn.Sequential(_linear(1024, 2048))
+    assert not skinny_linear.wanted()
+    assert skinny_linear.install(tree) == 0
+    assert type(tree.layers[0]) is nn.Linear
+    model = tiny_model("qwen3", seed=1)
+    Engine(model, max_batch_size=2)
+    assert all(type(m) is not skinny_linear.SkinnyLinear for _, m in model.named_modules())
+
+
+@pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
+@pytest.mark.parametrize("M", [2, 5, 8])
+@pytest.mark.parametrize("shape", [(1024, 2048), (2048, 4096), (1000, 520)])
+def test_kernel_matches_fp32_reference_and_each_row_is_the_one_row_call(M, shape):
+    N, K = shape
+    mx.random.seed(M)
+    w = (mx.random.normal((N, K)) * 0.02).astype(mx.bfloat16)
+    x = mx.random.normal((M, K)).astype(mx.bfloat16)
+    y = skinny_linear.matmul(x, w)
+    ref = x.astype(mx.float32) @ w.astype(mx.float32).T
+    mlx_err = mx.abs((x @ w.T).astype(mx.float32) - ref).max().item()
+    assert mx.abs(y.astype(mx.float32) - ref).max().item() <= 2 * mlx_err + 1e-6
+    for m in range(M):  # batch invariance: a row's bits do not depend on the others
+        alone = skinny_linear.matmul(mx.concatenate([x[m : m + 1]] * 2), w)[:1]
+        assert mx.array_equal(y[m : m + 1], alone).item()

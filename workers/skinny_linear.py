@@ -1,0 +1,198 @@
+"""Linear layers over 2-8 rows as one weight-streaming kernel (MLX CUDA), where cuBLASLt's GEMM
+leaves most of the GPU idle.
+
+A B=1 verify window of 5 tokens, or a decode step of 8 rows, multiplies a few rows by every
+weight. MLX CUDA runs one row as its gemv and two or more as a cuBLASLt GEMM, whose tiles on
+an output of at most a few thousand columns fill a fraction of the SMs: on an H200 a 5-row
+[4096, 4096] bf16 matmul took 38.8 us against 15.6 for one row, and [2048, 4096] 32.4 against
+11.9, while the wide MLP and lm_head weights streamed at 3+ TB/s either way
+(bench/skinny_matmul.py, bench/results/skinny_matmul_deep_h200.json). This kernel reads each
+weight row once for all rows of x: each warp owns R weight rows and issues all U * R of its
+16-byte loads before the first FMA, so enough bytes are in flight to stream HBM; x comes through
+L1. Only the weights where it measured faster take it: at most `WEIGHT_BYTES_MAX` (the attention
+projections of a 1-8B model), above row_linear's small weights (workers/row_linear.py).
+
+Off unless `SPECFLEET_SKINNY_LINEAR=1`: per call it is 1.1-2.8x faster on the weights it takes
+(H200), but whole engine runs with it on and off, in turns in one process, differed by less
+than that card's pass-to-pass spread (0.89-1.13x at B=1 and 8, random 1B and 6.6B Qwen3;
+bench/results/s27/), where a B=1 round is bound by the host launching it more than by the
+device; and each (rows, weight shape) it meets compiles a kernel on first use.
+
+Each lane accumulates its k-slices in k order in fp32 and the lanes meet in a fixed shuffle tree,
+so an output row's bits depend on its own x row and the weight alone, never on how many rows
+share the call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from workers import row_linear
+
+ROWS_MIN, ROWS_MAX = 2, 8  # one row stays MLX's gemv (faster there); more than 8, its GEMM
+WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16; MLP and lm_head weights keep MLX's GEMM
+# "1": install the route (MLX CUDA only; it never installs without CUDA). Unset or "0": not.
+ENV = "SPECFLEET_SKINNY_LINEAR"
+
+SOURCE = r"""
+  constexpr int STEP = 256;  // k of one warp-wide 16-byte load (32 lanes x 8 elements)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = (blockIdx.x * NW + warp) * R;
+  if (n0 >= N) return;
+  const T* wr[R];
+  #pragma unroll
+  for (int r = 0; r < R; ++r) wr[r] = w + (size_t)(n0 + r < N ? n0 + r : N - 1) * K;
+  float acc[M][R];
+  #pragma unroll
+  for (int m = 0; m < M; ++m) {
+    #pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  }
+  int k = lane * 8;
+  for (; k + (U - 1) * STEP < K; k += U * STEP) {
+    uint4 wv[U][R];  // every load of the trip issued before the first use
+    #pragma unroll
+    for (int u = 0; u < U; ++u) {
+      #pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = *reinterpret_cast<const uint4*>(wr[r] + k + u * STEP);
+    }
+    #pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float wf[R][8];
+      #pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const T* h = reinterpret_cast<const T*>(&wv[u][r]);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) wf[r][e] = static_cast<float>(h[e]);
+      }
+      #pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + (size_t)m * K + k + u * STEP));
+        const T* h = reinterpret_cast<const T*>(&raw);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float xv = static_cast<float>(h[e]);
+          #pragma unroll
+          for (int r = 0; r < R; ++r) acc[m][r] = fmaf(xv, wf[r][e], acc[m][r]);
+        }
+      }
+    }
+  }
+  for (; k < K; k += STEP) {  // the tail: fewer than U loads left, in the same k order
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(wr[r] + k);
+      const T* hw = reinterpret_cast<const T*>(&raw);
+      #pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 xr = __ldg(reinterpret_cast<const uint4*>(x + (size_t)m * K + k));
+        const T* hx = reinterpret_cast<const T*>(&xr);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[m][r] = fmaf(static_cast<float>(hx[e]), static_cast<float>(hw[e]), acc[m][r]);
+      }
+    }
+  }
+  #pragma unroll
+  for (int m = 0; m < M; ++m) {
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float s = acc[m][r];
+      #pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+      acc[m][r] = s;
+    }
+  }
+  #pragma unroll
+  for (int m = 0; m < M; ++m) {  // lane m * R + r writes y[m, n0 + r]
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (lane == (m * R + r) % 32 && n0 + r < N) y[(size_t)m * N + n0 + r] = static_cast<T>(acc[m][r]);
+    }
+  }
+"""
+WARPS = 8  # per block
+_kernel: Any = None
+
+
+def tiling(M: int) -> tuple[int, int]:
+    """(R weight rows per warp, U loads per row in flight) for M rows of x: at 5 rows R=4, U=2
+    streamed the attention weights fastest, at 8 rows R=2, U=4 (H200, bench/skinny_matmul.py)."""
+    return (4, 2) if M <= 5 else (2, 4)
+
+
+def matmul(x: mx.array, w: mx.array, R: int | None = None, U: int | None = None) -> mx.array:
+    """[M, N] = x [M, K] @ w [N, K].T in x's half precision, fp32 accumulation; K % 8 == 0."""
+    global _kernel
+    if _kernel is None:
+        _kernel = mx.fast.cuda_kernel(
+            name="skinny_linear", input_names=["x", "w"], output_names=["y"], source=SOURCE
+        )
+    M, K = x.shape
+    N = w.shape[0]
+    dR, dU = tiling(M)
+    R, U = R or dR, U or dU
+    return _kernel(  # type: ignore[no-any-return]
+        inputs=[x, w],
+        template=[("T", x.dtype), ("M", M), ("N", N), ("K", K), ("R", R), ("U", U), ("NW", WARPS)],
+        grid=(-(-N // (R * WARPS)) * 32 * WARPS, 1, 1),  # threads: one warp per R rows of w
+        threadgroup=(32 * WARPS, 1, 1),
+        output_shapes=[(M, N)],
+        output_dtypes=[x.dtype],
+    )[0]
+
+
+class SkinnyLinear(nn.Linear):
+    """nn.Linear without bias whose calls of ROWS_MIN..ROWS_MAX rows run the kernel."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        K = x.shape[-1]
+        M = x.size // K
+        if not ROWS_MIN <= M <= ROWS_MAX:
+            return super().__call__(x)
+        return matmul(x.reshape(M, K), self.weight).reshape(*x.shape[:-1], -1)
+
+
+def serves(module: object) -> bool:
+    """A plain bias-free half-precision linear above row_linear's weights and within ours."""
+    if type(module) is not nn.Linear or "bias" in module:
+        return False
+    w = module.weight
+    return (
+        w.dtype in (mx.bfloat16, mx.float16)
+        and row_linear.WEIGHT_BYTES_MAX < w.nbytes <= WEIGHT_BYTES_MAX
+        and w.shape[1] % 8 == 0  # whole 16-byte loads
+    )
+
+
+def available() -> bool:
+    """The kernel runs here: MLX's CUDA backend is the default device."""
+    return bool(mx.cuda.is_available()) and mx.default_device() == mx.gpu
+
+
+def wanted() -> bool:
+    """The engine installs the route: asked for (`ENV`=1) and available."""
+    return os.environ.get(ENV) == "1" and available()
+
+
+def install(model: object) -> int:
+    """Route `model`'s linears that `serves` takes (MLX CUDA only); returns how many."""
+    if not available():
+        return 0
+    routed = 0
+    for _, module in model.named_modules():  # type: ignore[attr-defined]
+        if serves(module):
+            module.__class__ = SkinnyLinear  # same parameters, the routed call
+            routed += 1
+    return routed
+
+
+def remove(model: object) -> None:
+    """Undo `install` (benchmarks compare both routes in one process)."""
+    for _, module in model.named_modules():  # type: ignore[attr-defined]
+        if type(module) is SkinnyLinear:
+            module.__class__ = nn.Linear  # type: ignore[assignment]
