@@ -16,7 +16,8 @@ Off unless `SPECFLEET_SKINNY_LINEAR=1`: per call it is 1.1-2.8x faster on the we
 (H200), but whole engine runs with it on and off, in turns in one process, differed by less
 than that card's pass-to-pass spread (0.89-1.13x at B=1 and 8, random 1B and 6.6B Qwen3;
 bench/results/s27/), where a B=1 round is bound by the host launching it more than by the
-device; and each (rows, weight shape) it meets compiles a kernel on first use.
+device; and each (rows, weight shape) it meets compiles a kernel on first use (~2.2 s on an
+H200).
 
 Each lane accumulates its k-slices in k order in fp32 and the lanes meet in a fixed shuffle tree,
 so an output row's bits depend on its own x row and the weight alone, never on how many rows
