@@ -12,6 +12,8 @@ weights (read from L2) and few rows take this route (bench/row_matmul.py measure
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -41,23 +43,32 @@ class RowLinear(nn.Linear):
         return y.reshape(*x.shape[:-1], -1)
 
 
+def serves(module: object) -> bool:
+    """A small bias-free linear of a width MLX's own gemv takes."""
+    return (
+        type(module) is nn.Linear
+        and "bias" not in module
+        and module.weight.nbytes <= WEIGHT_BYTES_MAX
+        and module.weight.shape[1] % 32 == 0
+    )
+
+
 def install(model: object) -> int:
     """Route `model`'s small bias-free linear layers; returns how many were routed."""
-    routed = 0
-    for _, module in model.named_modules():  # type: ignore[attr-defined]
-        if (
-            type(module) is nn.Linear
-            and "bias" not in module
-            and module.weight.nbytes <= WEIGHT_BYTES_MAX
-            and module.weight.shape[1] % 32 == 0  # the widths MLX's own gemv takes
-        ):
-            module.__class__ = RowLinear  # same parameters, the routed call
-            routed += 1
-    return routed
+    return reclass(model, serves, RowLinear)
 
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
+    reclass(model, lambda m: type(m) is RowLinear, nn.Linear)
+
+
+def reclass(model: object, takes: Callable[[object], bool], cls: type) -> int:
+    """Give every module of `model` that `takes` accepts the class `cls` (same parameters, the
+    other call: how a route is installed or undone); returns how many."""
+    changed = 0
     for _, module in model.named_modules():  # type: ignore[attr-defined]
-        if type(module) is RowLinear:
-            module.__class__ = nn.Linear  # type: ignore[assignment]
+        if takes(module):
+            module.__class__ = cls
+            changed += 1
+    return changed

@@ -182,18 +182,9 @@ def wanted() -> bool:
 
 def install(model: object) -> int:
     """Route `model`'s linears that `serves` takes (MLX CUDA only); returns how many."""
-    if not available():
-        return 0
-    routed = 0
-    for _, module in model.named_modules():  # type: ignore[attr-defined]
-        if serves(module):
-            module.__class__ = SkinnyLinear  # same parameters, the routed call
-            routed += 1
-    return routed
+    return row_linear.reclass(model, serves, SkinnyLinear) if available() else 0
 
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
-    for _, module in model.named_modules():  # type: ignore[attr-defined]
-        if type(module) is SkinnyLinear:
-            module.__class__ = nn.Linear  # type: ignore[assignment]
+    row_linear.reclass(model, lambda m: type(m) is SkinnyLinear, nn.Linear)

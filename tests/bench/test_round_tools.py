@@ -86,3 +86,25 @@ def test_baseline_runs_on_the_linears_mlx_lm_built():
     with as_mlx_lm_built(tree):
         assert type(small) is nn.Linear and type(other) is nn.Linear
     assert type(small) is row_linear.RowLinear and type(other) is row_linear.RowLinear
+
+
+def test_shape_ceiling_builds_the_shape_asked_and_reports_its_ceiling(tmp_path, monkeypatch):
+    """bench/shape_ceiling.py on a tiny shape: the target has the layers and width asked, the
+    head is one layer of that width, and each ceiling is T * step / (verify + k * head)."""
+    import json
+    import sys
+
+    from bench import shape_ceiling
+
+    model, head, params = shape_ceiling.build(3, 64, 128)
+    assert len(model.layers) == 3 and model.args.hidden_size == 64
+    assert len(head.layers) == 1 and head.args.hidden_size == 64 and params > 0
+    out = tmp_path / "c.json"
+    monkeypatch.setattr(sys, "argv", ["x", "--shapes", "2x64x128", "--repeats", "1",
+                                      "--out", str(out)])  # fmt: skip
+    shape_ceiling.main()
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["layers"], row["hidden"], row["mlp"]) == (2, 64, 128)
+    for k, T in shape_ceiling.TOKENS_PER_ROUND.items():
+        cost = row[f"verify{k + 1}_over_step"] + k * row["head_over_step"]
+        assert abs(row[f"ceiling_depth{k}"] - T / cost) < 0.01
