@@ -41,6 +41,22 @@ def test_never_installs_without_cuda_even_when_asked(monkeypatch):
     assert all(type(m) is not skinny_linear.SkinnyLinear for _, m in model.named_modules())
 
 
+def test_calls_the_kernel_cannot_take_run_the_plain_matmul():
+    """One row, more than ROWS_MAX rows, or x in another dtype than the weight (the kernel reads
+    both as one type) go to nn.Linear's matmul, with its result (on any backend)."""
+    layer = _linear(1024, 2048)
+    plain = _linear(1024, 2048)
+    plain.update(layer.parameters())
+    layer.__class__ = skinny_linear.SkinnyLinear
+    mx.random.seed(3)
+    for x in (
+        mx.random.normal((1, 2048)).astype(mx.bfloat16),
+        mx.random.normal((3, 3, 2048)).astype(mx.bfloat16),  # 9 rows
+        mx.random.normal((4, 2048)),  # fp32 rows, bf16 weight
+    ):
+        assert mx.array_equal(layer(x), plain(x)).item()
+
+
 @pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
 @pytest.mark.parametrize("M", [2, 5, 8])
 @pytest.mark.parametrize("shape", [(1024, 2048), (2048, 4096), (1000, 520)])
