@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -116,8 +117,20 @@ def measure(
         "sync": lambda: Engine(model, None, max_batch_size=B, pipeline=False),
         "forced": forced,
     }
-    if ab:  # the same configurations with workers/skinny_linear.py off, taking turns with them
-        makers |= {"plain_off": route_off(makers["plain"]), "forced_off": route_off(forced)}
+    if ab:  # the same configurations with workers/skinny_linear.py off, taking turns with them;
+        # forced rounds one at a time too, where the device's time adds to the host's
+
+        def forced_sync() -> Engine:
+            d = DeviceForcedDrafter(refs, vocab=vocab)
+            return Engine(model, None, drafter=d, max_batch_size=B, draft_depth=depth,
+                          pipeline=False)  # fmt: skip
+
+        makers |= {
+            "plain_off": route_off(makers["plain"]),
+            "forced_off": route_off(forced),
+            "forced_sync": forced_sync,
+            "forced_sync_off": route_off(forced_sync),
+        }
     tokens_per_s: dict[str, list[float]] = {k: [] for k in [*makers, "bg"]}
     last: dict = {}
     for rep in range(repeats + 1):  # pass 0 is the untimed warm-up of each configuration
@@ -139,6 +152,7 @@ def measure(
             "plain_on_over_off": med["plain"] / med["plain_off"],
             "forced_on_over_off": med["forced"] / med["forced_off"],
             "plain_off_over_batch_generator": med["plain_off"] / med["bg"],
+            "forced_sync_on_over_off": med["forced_sync"] / med["forced_sync_off"],
         }
     spec, engine = last["forced"]
     outs = last["plain"][0]
@@ -195,6 +209,8 @@ def main() -> None:
         help="also run plain and forced with workers/skinny_linear.py off, in turns",
     )
     args = ap.parse_args()
+    if args.ab_skinny:
+        os.environ[skinny_linear.ENV] = "1"  # engines install it; the off side removes it
 
     res: dict = {
         "device": str(mx.default_device()),
