@@ -48,3 +48,22 @@ def test_engine_with_the_route_decodes_like_mlx_lm(monkeypatch):
             assert_matches(o.tokens, ref, f"row route, drafter={drafter is not None}, row {i}")
     row_linear.remove(model)
     assert np.all([type(m) is not row_linear.RowLinear for _, m in model.named_modules()])
+
+
+def test_the_weights_view_is_made_once_and_follows_a_replaced_weight():
+    """The [1, K, N] view gather_mm reads is made on the first call only (no view ops in later
+    graphs), and a weight replaced by update() gets its own view, not the old weight's."""
+    from bench.graph_ops import primitives
+
+    mx.random.seed(1)
+    layer = nn.Linear(64, 96, bias=False)
+    row_linear.install(nn.Sequential(layer))
+    x = mx.random.normal((4, 64))
+    first = layer(x)
+    mx.eval(first)
+    later = primitives([layer(x)])
+    assert "Transpose" not in later and "ExpandDims" not in later, later
+    new_weight = mx.random.normal((96, 64))
+    layer.update({"weight": new_weight})
+    assert mx.allclose(layer(x), x @ new_weight.T, atol=1e-5).item()
+    assert not mx.allclose(layer(x), first, atol=1e-3).item()
