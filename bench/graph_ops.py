@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import io
 import json
 import re
@@ -77,6 +78,33 @@ class Counter:
             setattr(mx, name, real)
 
 
+class ProposalCounter:
+    """Wraps a drafter's `propose` while active, counting the primitives of the graph behind
+    each proposal's tokens: the head's steps (and the backlog it absorbs), the part of a
+    round's graph that is the drafter's (the rest is the verify, accept and commit)."""
+
+    def __init__(self, drafter: Any) -> None:
+        self.drafter, self.ops, self.calls = drafter, 0, 0
+        self.by_name: collections.Counter[str] = collections.Counter()
+
+    def __enter__(self) -> ProposalCounter:
+        real = self.drafter.propose
+
+        def propose(request: Any) -> Any:
+            proposal = real(request)
+            found = primitives([proposal.tokens])
+            self.ops += sum(found.values())
+            self.by_name.update(found)
+            self.calls += 1
+            return proposal
+
+        self.drafter.propose = propose  # an instance attribute shadows the method
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.drafter.propose
+
+
 def measure(
     model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth: int, n: int, top: int
 ):
@@ -88,7 +116,8 @@ def measure(
     sp = SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0)
     engine.generate(prompts[:B], [sp] * B)  # warm: compiled functions are traced once
     engine.take_round_stats()
-    with Counter() as c:
+    drafter = engine.drafter
+    with Counter() as c, ProposalCounter(drafter) if drafter else contextlib.nullcontext() as d:
         t0 = time.perf_counter()
         outs = engine.generate(prompts, [sp] * len(prompts))
         secs = time.perf_counter() - t0
@@ -109,6 +138,11 @@ def measure(
         "async_eval_us_per_op": 1e6 * c.seconds["async_eval"] / max(1, c.ops),
         "eval_s": c.seconds["eval"],
         "primitives_per_round": per_round,  # the most frequent, prefill rounds included
+        # The drafter's share: primitives behind the proposals' tokens, per round.
+        "drafter_primitives_per_round": d.ops / len(stats) if d else 0.0,
+        "drafter_primitives_by_name": (
+            {k: round(v / len(stats), 1) for k, v in d.by_name.most_common(top)} if d else {}
+        ),
     }
 
 

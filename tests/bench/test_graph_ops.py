@@ -38,3 +38,23 @@ def test_primitives_are_counted_by_name():
     mx.eval(x)
     found = primitives([mx.exp(x) + mx.exp(x * 2)])
     assert found["Exp"] == 2 and found["Add"] == 1 and found["Multiply"] == 1
+
+
+def test_proposal_counter_counts_the_drafters_graph_and_restores_propose():
+    """ProposalCounter sees each proposal's graph (only the drafter's part of a round)."""
+    from types import SimpleNamespace
+
+    from bench.graph_ops import ProposalCounter
+
+    class Drafter:
+        def propose(self, request):
+            return SimpleNamespace(tokens=mx.argmax(mx.exp(request), axis=-1))
+
+    drafter = Drafter()
+    x = mx.ones((2, 4))
+    mx.eval(x)
+    with ProposalCounter(drafter) as d:
+        drafter.propose(x)
+        drafter.propose(x)
+    assert d.calls == 2 and d.ops == 2 * count_primitives([mx.argmax(mx.exp(x), axis=-1)])
+    assert d.by_name["Exp"] == 2 and "propose" not in vars(drafter)
