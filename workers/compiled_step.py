@@ -24,7 +24,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
+from workers import row_linear
 from workers.kv_cache import BatchCache, RaggedKVCache, reserve_slots
+from workers.row_linear import RowLinear
 
 Step = Callable[..., tuple[mx.array, ...]]  # (layer cache, *arrays) -> arrays
 # "1" / "0": compile drafter steps or not, on any backend (unset: where builds_per_shape). The
@@ -49,6 +51,14 @@ class CompiledStep:
         flat = [_params(m) for m in modules]
         self._names = [[name for name, _ in f] for f in flat]
         self.weights = [a for f in flat for _, a in f]
+        # The weights the per-row gemv route reads as views (workers/row_linear.py): the views
+        # go in as inputs, made once, so the trace replays no view ops of its own per call.
+        routed: list[bool] = []
+        for m, f in zip(modules, flat):
+            mine = {f"{n}.weight" if n else "weight"
+                    for n, sub in m.named_modules() if type(sub) is RowLinear}  # fmt: skip
+            routed += [name in mine for name, _ in f]
+        self._viewed = [i for i, r in enumerate(routed) if r]
         self.signature = (
             getattr(step, "__qualname__", repr(step)),
             tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
@@ -76,8 +86,9 @@ class CompiledStep:
                 _TRACES.clear()
             tracing = [self, cache]
             fn = _TRACES[key] = mx.compile(_traced(tracing))
+        views = [row_linear.weight_view(self.weights[i]) for i in self._viewed]
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
-            *self.weights, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
+            *self.weights, *views, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
         )
         if tracing is not None:  # traced on that call: the table keeps no engine alive
             tracing.clear()
@@ -91,7 +102,8 @@ def _traced(tracing: list) -> Callable[..., list[mx.array]]:
     def run(*args: mx.array) -> list[mx.array]:
         step, cache = tracing  # a second trace of one key would be a bug: it fails here
         count = sum(len(names) for names in step._names)
-        weights, (lengths, valid, keys, values, *inputs) = args[:count], args[count:]
+        weights, views = args[:count], args[count : count + len(step._viewed)]
+        lengths, valid, keys, values, *inputs = args[count + len(step._viewed) :]
         # The host values stand-in reads (lengths for the span, flags) are the real cache's
         # at trace time, and the key holds everything they decide.
         stand_in = copy.copy(cache)
@@ -104,9 +116,14 @@ def _traced(tracing: list) -> Callable[..., list[mx.array]]:
         for m, names in zip(step.modules, step._names):  # trace with the weights as inputs
             m.update(tree_unflatten(list(zip(names, weights[at : at + len(names)]))))
             at += len(names)
+        lent = [weights[i] for i in step._viewed]
+        for w, view in zip(lent, views):
+            row_linear.lend_view(w, view)
         try:
             outs = step.step(layer, *inputs)
         finally:
+            for w in lent:
+                row_linear.lend_view(w, None)
             for m, params in zip(step.modules, saved):
                 m.update(params)
         return [*outs, layer.key_parts[0], layer.value_parts[0]]

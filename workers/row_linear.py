@@ -38,7 +38,7 @@ class RowLinear(nn.Linear):
             _indices[M] = (mx.arange(M, dtype=mx.uint32), mx.zeros((M,), dtype=mx.uint32))
         rows, zero = _indices[M]
         y = mx.gather_mm(
-            x.reshape(M, 1, K), _transposed(self.weight), lhs_indices=rows, rhs_indices=zero
+            x.reshape(M, 1, K), weight_view(self.weight), lhs_indices=rows, rhs_indices=zero
         )  # [M, 1, N]
         return y.reshape(*x.shape[:-1], -1)
 
@@ -51,7 +51,8 @@ _views: dict[int, tuple[mx.array, mx.array]] = {}
 MAX_VIEWS = 4096
 
 
-def _transposed(w: mx.array) -> mx.array:
+def weight_view(w: mx.array) -> mx.array:
+    """The [1, K, N] view of weight w [N, K] that RowLinear reads, made on the first call."""
     hit = _views.get(id(w))
     if hit is not None and hit[0] is w:
         return hit[1]
@@ -60,6 +61,15 @@ def _transposed(w: mx.array) -> mx.array:
     view = w.T[None]
     _views[id(w)] = (w, view)
     return view
+
+
+def lend_view(w: mx.array, view: mx.array | None) -> None:
+    """Make `view` the one RowLinear reads for w (None: forget w's). A compiled step lends its
+    traced weights the views it gets as inputs, so its trace holds no view ops of its own."""
+    if view is None:
+        _views.pop(id(w), None)
+    else:
+        _views[id(w)] = (w, view)
 
 
 def serves(module: object) -> bool:

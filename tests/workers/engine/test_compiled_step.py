@@ -155,3 +155,33 @@ def test_a_head_with_routed_linears_gets_traces_of_its_own(monkeypatch):
         assert routed == (route == "1")
         signatures[route] = engine.drafter.compiled.signature
     assert signatures["0"] != signatures["1"]
+
+
+def test_routed_head_steps_get_their_weight_views_as_inputs(default_prompts, monkeypatch):
+    """With the per-row gemv route (MLX CUDA's default) the compiled head step takes each routed
+    weight's view as an input instead of tracing the view ops: the same tokens and accepts as
+    the ops path, and fewer primitives behind each proposal than a trace that makes its views."""
+    from bench.graph_ops import ProposalCounter
+    from workers import row_linear
+
+    prompts, refs = default_prompts
+    monkeypatch.setenv(row_linear.ENV, "1")
+    ops_tokens, ops_accepted, _ = run(prompts, False, monkeypatch)
+    counts = {}
+    for lend in (True, False):
+        compiled_step._TRACES.clear()  # each variant traces afresh
+        if not lend:
+            monkeypatch.setattr(row_linear, "lend_view", lambda w, view: None)
+        monkeypatch.setenv(COMPILE_ENV, "1")
+        engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
+        drafter = engine.drafter
+        assert isinstance(drafter, MTPDrafter) and drafter.compiled is not None
+        assert drafter.compiled._viewed, "the head's routed linears must be found"
+        drafter.cache.span = 16
+        with ProposalCounter(drafter) as d:
+            outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+        accepted = [s.accepted_per_row for s in engine.take_round_stats()]
+        assert [o.tokens for o in outs] == ops_tokens and accepted == ops_accepted
+        counts[lend] = d.by_name["Transpose"] + d.by_name["ExpandDims"]
+    compiled_step._TRACES.clear()
+    assert counts[True] < counts[False], counts
