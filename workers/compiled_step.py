@@ -24,7 +24,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-from workers import row_linear
 from workers.kv_cache import BatchCache, RaggedKVCache, reserve_slots
 from workers.row_linear import RowLinear
 
@@ -53,12 +52,13 @@ class CompiledStep:
         self.weights = [a for f in flat for _, a in f]
         # The weights the per-row gemv route reads as views (workers/row_linear.py): the views
         # go in as inputs, made once, so the trace replays no view ops of its own per call.
-        routed: list[bool] = []
+        self._viewed: list[tuple[int, RowLinear]] = []  # (index in weights, its module)
+        at = 0
         for m, f in zip(modules, flat):
-            mine = {f"{n}.weight" if n else "weight"
+            mine = {f"{n}.weight" if n else "weight": sub
                     for n, sub in m.named_modules() if type(sub) is RowLinear}  # fmt: skip
-            routed += [name in mine for name, _ in f]
-        self._viewed = [i for i, r in enumerate(routed) if r]
+            self._viewed += [(at + j, mine[name]) for j, (name, _) in enumerate(f) if name in mine]
+            at += len(f)
         self.signature = (
             getattr(step, "__qualname__", repr(step)),
             tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
@@ -86,7 +86,10 @@ class CompiledStep:
                 _TRACES.clear()
             tracing = [self, cache]
             fn = _TRACES[key] = mx.compile(_traced(tracing))
-        views = [row_linear.weight_view(self.weights[i]) for i in self._viewed]
+        views = [  # the weights read at __init__ (see the class docstring), viewed once
+            module.weight_view() if module.weight is self.weights[i] else self.weights[i].T[None]
+            for i, module in self._viewed
+        ]
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
             *self.weights, *views, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
         )
@@ -116,14 +119,12 @@ def _traced(tracing: list) -> Callable[..., list[mx.array]]:
         for m, names in zip(step.modules, step._names):  # trace with the weights as inputs
             m.update(tree_unflatten(list(zip(names, weights[at : at + len(names)]))))
             at += len(names)
-        lent = [weights[i] for i in step._viewed]
-        for w, view in zip(lent, views):
-            row_linear.lend_view(w, view)
+        held = [module.lend_view(view) for (_, module), view in zip(step._viewed, views)]
         try:
             outs = step.step(layer, *inputs)
         finally:
-            for w in lent:
-                row_linear.lend_view(w, None)
+            for (_, module), h in zip(step._viewed, held):
+                module.restore_view(h)
             for m, params in zip(step.modules, saved):
                 m.update(params)
         return [*outs, layer.key_parts[0], layer.value_parts[0]]

@@ -38,38 +38,32 @@ class RowLinear(nn.Linear):
             _indices[M] = (mx.arange(M, dtype=mx.uint32), mx.zeros((M,), dtype=mx.uint32))
         rows, zero = _indices[M]
         y = mx.gather_mm(
-            x.reshape(M, 1, K), weight_view(self.weight), lhs_indices=rows, rhs_indices=zero
+            x.reshape(M, 1, K), self.weight_view(), lhs_indices=rows, rhs_indices=zero
         )  # [M, 1, N]
         return y.reshape(*x.shape[:-1], -1)
 
+    def weight_view(self) -> mx.array:
+        """The [1, K, N] view of the weight that gather_mm reads, made once per weight rather
+        than as two view ops per call (a verify of a small model calls ~60 linears). It is held
+        on the module, outside its parameters, beside the weight it was made from: a replaced
+        weight (or a compile trace's stand-in) gets its own."""
+        w = self.weight
+        held = self.__dict__.get("_view")
+        if held is None or held[0] is not w:
+            held = (w, w.T[None])
+            object.__setattr__(self, "_view", held)  # not a parameter: bypass Module's setattr
+        return held[1]
 
-# id(weight) -> (weight, weight.T[None]): the [1, K, N] view gather_mm reads, made once per
-# weight instead of two view ops per call (a verify of a small model calls ~60 linears).
-# Holding the weight keeps its id from being reused; the identity check makes a replaced weight
-# (or a compile trace's stand-in) get its own view.
-_views: dict[int, tuple[mx.array, mx.array]] = {}
-MAX_VIEWS = 4096
+    def lend_view(self, view: mx.array | None) -> tuple | None:
+        """Make `view` the one read for the current weight (a compiled step lends its traced
+        weights the views it gets as inputs, so the trace holds no view ops); returns what was
+        held, for `restore_view` to put back."""
+        held = self.__dict__.get("_view")
+        object.__setattr__(self, "_view", None if view is None else (self.weight, view))
+        return held
 
-
-def weight_view(w: mx.array) -> mx.array:
-    """The [1, K, N] view of weight w [N, K] that RowLinear reads, made on the first call."""
-    hit = _views.get(id(w))
-    if hit is not None and hit[0] is w:
-        return hit[1]
-    if len(_views) >= MAX_VIEWS:
-        _views.clear()
-    view = w.T[None]
-    _views[id(w)] = (w, view)
-    return view
-
-
-def lend_view(w: mx.array, view: mx.array | None) -> None:
-    """Make `view` the one RowLinear reads for w (None: forget w's). A compiled step lends its
-    traced weights the views it gets as inputs, so its trace holds no view ops of its own."""
-    if view is None:
-        _views.pop(id(w), None)
-    else:
-        _views[id(w)] = (w, view)
+    def restore_view(self, held: tuple | None) -> None:
+        object.__setattr__(self, "_view", held)
 
 
 def serves(module: object) -> bool:

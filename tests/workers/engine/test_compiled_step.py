@@ -171,7 +171,9 @@ def test_routed_head_steps_get_their_weight_views_as_inputs(default_prompts, mon
     for lend in (True, False):
         compiled_step._TRACES.clear()  # each variant traces afresh
         if not lend:
-            monkeypatch.setattr(row_linear, "lend_view", lambda w, view: None)
+            monkeypatch.setattr(  # lend nothing: the trace makes its own views
+                row_linear.RowLinear, "lend_view", lambda self, view: self.__dict__.get("_view")
+            )
         monkeypatch.setenv(COMPILE_ENV, "1")
         engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
         drafter = engine.drafter
