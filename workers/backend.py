@@ -33,9 +33,11 @@ class Backend:
         gpu = mx.default_device() == mx.gpu
         return cls(builds_per_shape=gpu and mx.cuda.is_available(), computes_in_launch=not gpu)
 
-    def wants(self, env: str) -> bool:
+    def wants(self, env: str, default: bool | None = None) -> bool:
         """A launch-saving route (per-row gemv linears, compiled drafter steps): the
-        environment's "1" / "0" for `env`, else on where launches and shapes cost the most
-        (builds_per_shape: MLX CUDA)."""
+        environment's "1" / "0" for `env`, else `default`, or where that is None, on where
+        launches and shapes cost the most (builds_per_shape: MLX CUDA)."""
         setting = {"1": True, "0": False}.get(os.environ.get(env, ""))
-        return self.builds_per_shape if setting is None else setting
+        if setting is not None:
+            return setting
+        return self.builds_per_shape if default is None else default

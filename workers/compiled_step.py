@@ -59,6 +59,7 @@ class CompiledStep:
                     for n, sub in m.named_modules() if type(sub) is RowLinear}  # fmt: skip
             self._viewed += [(at + j, mine[name]) for j, (name, _) in enumerate(f) if name in mine]
             at += len(f)
+        self.views = [self.weights[i].T[None] for i, _ in self._viewed]  # made once, here
         self.signature = (
             getattr(step, "__qualname__", repr(step)),
             tuple(repr(getattr(m, "args", type(m).__name__)) for m in modules),
@@ -86,13 +87,10 @@ class CompiledStep:
                 _TRACES.clear()
             tracing = [self, cache]
             fn = _TRACES[key] = mx.compile(_traced(tracing))
-        views = [  # the weights read at __init__ (see the class docstring), viewed once
-            module.weight_view() if module.weight is self.weights[i] else self.weights[i].T[None]
-            for i, module in self._viewed
-        ]
         *outs, layer.key_parts[0], layer.value_parts[0] = fn(
-            *self.weights, *views, cache.lengths_mx, cache.window_valid_mx, keys, values, *inputs
-        )
+            *self.weights, *self.views, cache.lengths_mx, cache.window_valid_mx, keys, values,
+            *inputs,
+        )  # fmt: skip
         if tracing is not None:  # traced on that call: the table keeps no engine alive
             tracing.clear()
         return tuple(outs)

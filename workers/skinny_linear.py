@@ -26,13 +26,13 @@ share the call.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from workers import row_linear
+from workers.backend import Backend
 
 ROWS_MIN, ROWS_MAX = 2, 8  # one row stays MLX's gemv (faster there); more than 8, its GEMM
 WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16; MLP and lm_head weights keep MLX's GEMM
@@ -176,8 +176,8 @@ def available() -> bool:
 
 
 def wanted() -> bool:
-    """The engine installs the route: asked for (`ENV`=1) and available."""
-    return os.environ.get(ENV) == "1" and available()
+    """The engine installs the route: asked for (`ENV`=1; off by default) and available."""
+    return Backend.current().wants(ENV, default=False) and available()
 
 
 def install(model: object) -> int:

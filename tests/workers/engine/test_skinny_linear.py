@@ -72,3 +72,18 @@ def test_kernel_matches_fp32_reference_and_each_row_is_the_one_row_call(M, shape
     for m in range(M):  # batch invariance: a row's bits do not depend on the others
         alone = skinny_linear.matmul(mx.concatenate([x[m : m + 1]] * 2), w)[:1]
         assert mx.array_equal(y[m : m + 1], alone).item()
+
+
+def test_backend_wants_reads_the_environment_before_its_default(monkeypatch):
+    """Backend.wants: "1" / "0" in the environment decide; unset, the route's own default, or
+    where it has none, whether the backend builds a graph per shape (MLX CUDA)."""
+    from workers.backend import Backend
+
+    cpu, cuda = Backend(False, True), Backend(True, False)
+    monkeypatch.delenv(skinny_linear.ENV, raising=False)
+    assert not cpu.wants(skinny_linear.ENV) and cuda.wants(skinny_linear.ENV)
+    assert not cuda.wants(skinny_linear.ENV, default=False)  # an opt-in route stays off
+    monkeypatch.setenv(skinny_linear.ENV, "1")
+    assert cpu.wants(skinny_linear.ENV, default=False)
+    monkeypatch.setenv(skinny_linear.ENV, "0")
+    assert not cuda.wants(skinny_linear.ENV)
