@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
@@ -84,18 +85,20 @@ def prompts_for(tok, n: int, vocab: int, seed: int = 0) -> list[list[int]]:
 
 @contextmanager
 def as_mlx_lm_built(model):
-    """The model's linears as mlx-lm built them while a baseline runs: the engine's routes
-    (workers/row_linear.py, workers/skinny_linear.py re-class modules of the shared model) are
-    undone for the block and put back after, so the baseline never runs our kernels."""
-    import mlx.nn as nn
-
+    """The model's modules as mlx-lm built them while a baseline runs: the engine's routes
+    (workers/row_linear.py, workers/skinny_linear.py, workers/cpu_ops.py re-class modules of the
+    shared model) are undone for the block and put back after, so the baseline never runs
+    our kernels or op graphs."""
+    from workers import cpu_ops
     from workers.row_linear import RowLinear
     from workers.skinny_linear import SkinnyLinear
 
-    routed = [m for _, m in model.named_modules() if type(m) in (RowLinear, SkinnyLinear)]
+    restore = {RowLinear: nn.Linear, SkinnyLinear: nn.Linear}
+    restore.update({route: base for base, route in cpu_ops.ROUTES.items()})
+    routed = [m for _, m in model.named_modules() if type(m) in restore]
     classes = [type(m) for m in routed]
     for m in routed:
-        m.__class__ = nn.Linear
+        m.__class__ = restore[type(m)]
     try:
         yield model
     finally:

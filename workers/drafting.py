@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workers import row_linear
+from workers import cpu_ops, row_linear
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
@@ -39,6 +39,10 @@ def attach_drafter(
     head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
     if head is not None and backend.wants(row_linear.ENV):
         row_linear.install(head)  # before compile_steps: a trace's key names the classes
+    if backend.wants(cpu_ops.ENV, default=backend.computes_in_launch):
+        for own in (head, getattr(drafter, "model", None)):  # an MTP head, a draft model
+            if own is not None:
+                cpu_ops.install(own)
     if backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:

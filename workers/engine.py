@@ -24,7 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from workers import row_linear, skinny_linear
+from workers import cpu_ops, row_linear, skinny_linear
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
@@ -95,6 +95,8 @@ class Engine:
             row_linear.install(model)
         if skinny_linear.wanted():  # opt-in: 2-8 row linears on mid-size weights (MLX CUDA)
             skinny_linear.install(model)
+        if backend.wants(cpu_ops.ENV, default=backend.computes_in_launch):
+            cpu_ops.install(model)  # fewer graph nodes per forward on the CPU, same numbers
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
             drafter, model, self.config, backend
         )

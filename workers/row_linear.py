@@ -86,6 +86,24 @@ def remove(model: object) -> None:
     reclass(model, lambda m: type(m) is RowLinear, nn.Linear)
 
 
+def held_view(
+    module: object, key: object, source: mx.array, make: Callable[[], mx.array], keep: int = 8
+) -> mx.array:
+    """`make()`, a view of `source` (a module's weight), made once and held on the module outside
+    its parameters: later calls reuse it, evaluated, so it costs no graph node. A replaced
+    weight (or a compile trace's stand-in) gets its own; at most `keep` keys are held."""
+    held = module.__dict__.get("_held")
+    if held is None:
+        held = {}
+        object.__setattr__(module, "_held", held)  # not a parameter: bypass Module's setattr
+    entry = held.get(key)
+    if entry is None or entry[0] is not source:
+        if len(held) >= keep:
+            del held[next(iter(held))]  # the oldest
+        entry = held[key] = (source, make())
+    return entry[1]
+
+
 def reclass(model: object, takes: Callable[[object], bool], cls: type) -> int:
     """Give every module of `model` that `takes` accepts the class `cls` (same parameters, the
     other call: how a route is installed or undone); returns how many."""

@@ -1,0 +1,170 @@
+"""Fewer graph nodes per forward on MLX's CPU backend, with the same numbers.
+
+MLX's CPU backend has no kernels for `mx.fast.rope` and `mx.fast.rms_norm`: each call expands
+into the op graph MLX falls back to (mlx/fast.cpp), 31 nodes for a RoPE and 11 for an RMSNorm,
+and every node is a task the CPU queue dispatches for ~2-4 us whatever its size (a chain of
+adds on [1, 256] costs 3.5 us a node on the 2-core CI VM). A one-token step of the default
+model (10 layers) builds ~1,590 nodes: 620 of them in its 20 RoPE calls, 451 in its 41 norms.
+The step is bound by those dispatches, not by arithmetic.
+
+These routes compute what the fallbacks compute, op for op, so every output is the fallback's bit
+for bit (tests/workers/engine/test_cpu_ops.py), and build fewer nodes:
+- `TableRoPE`: the cosines and sines depend on the positions only, which every layer of one
+  forward shares (the cache's `offset` is one array object per forward). They are made once per
+  forward by MLX's own fallback, run on a probe whose first half is ones and second half zeros
+  (its outputs are then exactly the fallback's cos and sin), and broadcast once per head count.
+  A call then costs 9 nodes (two slices, four products, a difference, a sum, a concatenation).
+- `ViewRMSNorm`: the fallback broadcasts its two scalars (1/n and eps) and the weight on every
+  call; here they are broadcast once per shape and kept (an evaluated broadcast is a view, no
+  node): 8 nodes.
+- `ViewLinear`: `x @ weight.T` transposes the weight on every call; the transposed view is made
+  once per weight and kept.
+Only where MLX runs these fallbacks (the CPU) and on float32 arrays (the CPU's dtype): a GPU
+runs each fast op as one kernel, and other dtypes keep MLX's own path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from workers.row_linear import held_view, reclass
+
+# "1" / "0": install the routes or not, on any backend (unset: where MLX computes in launch, the
+# CPU; Backend.wants).
+ENV = "SPECFLEET_CPU_OPS"
+KEPT_SHAPES = 8  # broadcast views kept per module (shapes change with batch size and window)
+
+
+class _Memo(threading.local):
+    """Per thread (an engine's forward runs on one; MLX streams are per thread too): the
+    cos/sin tables of the forward in progress, keyed by the `offset` object it passes every
+    layer (held, so its identity cannot be reused while the tables live), the probes and the
+    norms' broadcast scalars by shape."""
+
+    def __init__(self) -> None:
+        self.offset: object = None
+        self.tables: dict[tuple, tuple[mx.array, mx.array]] = {}
+        self.probes: OrderedDict[tuple, mx.array] = OrderedDict()
+        self.scalars: OrderedDict[tuple, tuple[mx.array, mx.array]] = OrderedDict()
+
+    def positions(self, offset: object, key: tuple, make: Callable[[], object]) -> object:
+        if isinstance(offset, int):
+            same = isinstance(self.offset, int) and offset == self.offset
+        else:
+            same = offset is self.offset
+        if not same:
+            self.offset, self.tables = offset, {}
+        if key not in self.tables:
+            self.tables[key] = make()  # type: ignore[assignment]
+        return self.tables[key]
+
+
+_memo = _Memo()
+
+
+def _kept(table: OrderedDict, key: tuple, make: Callable[[], object], size: int) -> object:
+    value = table.get(key)
+    if value is None:
+        value = table[key] = make()
+        while len(table) > size:
+            table.popitem(last=False)
+    return value
+
+
+def _probe(B: int, T: int, dims: int, dtype: mx.Dtype) -> mx.array:
+    """[B, 1, T, dims]: ones in the first half of the last axis, zeros in the second."""
+
+    def make() -> mx.array:
+        half = mx.concatenate([mx.ones((dims // 2,), dtype), mx.zeros((dims // 2,), dtype)])
+        return mx.broadcast_to(half, (B, 1, T, dims))
+
+    return _kept(_memo.probes, (B, T, dims, dtype), make, KEPT_SHAPES)  # type: ignore[return-value]
+
+
+class TableRoPE(nn.RoPE):
+    """nn.RoPE whose cos/sin tables are made once per forward for every layer."""
+
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        if self.traditional or x.ndim != 4 or x.dtype != mx.float32:
+            return super().__call__(x, offset)
+        B, N, T, _ = x.shape
+        half = self.dims // 2
+        rotated = _memo.positions(
+            offset, (B, T, self.dims, self.base, self.scale), lambda: self._rotated(B, T, offset)
+        )
+        cos, sin = _memo.positions(
+            offset, (B, N, T, self.dims, self.base, self.scale),
+            lambda: (mx.broadcast_to(rotated[..., :half], (B, N, T, half)),  # type: ignore[index]
+                     mx.broadcast_to(rotated[..., half:], (B, N, T, half))),  # type: ignore[index]
+        )  # type: ignore[misc]  # fmt: skip
+        x1, x2 = x[..., :half], x[..., half : self.dims]
+        # The fallback's arithmetic, in its order (mlx/fast.cpp, rope, forward).
+        parts = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
+        if self.dims < x.shape[-1]:
+            parts.append(x[..., self.dims :])
+        return mx.concatenate(parts, axis=-1)
+
+    def _rotated(self, B: int, T: int, offset: int | mx.array) -> mx.array:
+        """[B, 1, T, dims]: cos then sin of every position, by MLX's own fallback: rotating
+        (1, 0) pairs gives (1*cos - 0*sin, 1*sin + 0*cos), exactly cos and sin."""
+        return super().__call__(_probe(B, T, self.dims, mx.float32), offset)
+
+
+class ViewRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm with its scalars and weight broadcast once per shape."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        w = self["weight"]
+        if x.dtype != mx.float32 or w.dtype != mx.float32:
+            return super().__call__(x)
+        inv_n, eps = _scalars(x.shape, self.eps)  # [..., 1] each
+        weight = held_view(self, ("w", x.shape), w, lambda: mx.broadcast_to(w, x.shape))
+        # The fallback's arithmetic, in its order (mlx/fast.cpp, rms_norm): mean is the sum
+        # times 1/n (mlx/ops.cpp, mean), the eps added in float32.
+        r = mx.rsqrt(mx.sum(mx.square(x), axis=-1, keepdims=True) * inv_n + eps)
+        return (x * r) * weight
+
+
+def _scalars(shape: tuple[int, ...], eps: float) -> tuple[mx.array, mx.array]:
+    """1/n and eps as the fallback makes them (float32 scalars), broadcast to [..., 1]."""
+    lead = (*shape[:-1], 1)
+
+    def make() -> tuple[mx.array, mx.array]:
+        return (
+            mx.broadcast_to(mx.array(1.0 / shape[-1], dtype=mx.float32), lead),
+            mx.broadcast_to(mx.array(eps, dtype=mx.float32), lead),
+        )
+
+    return _kept(_memo.scalars, (shape, eps), make, 4 * KEPT_SHAPES)  # type: ignore[return-value]
+
+
+class ViewLinear(nn.Linear):
+    """nn.Linear reading a transposed view of its weight made once, not per call."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        w = self["weight"]
+        wt = held_view(self, "t", w, lambda: w.T)
+        if "bias" in self:
+            return mx.addmm(self["bias"], x, wt)
+        return x @ wt
+
+
+ROUTES: dict[type, type] = {nn.RoPE: TableRoPE, nn.RMSNorm: ViewRMSNorm, nn.Linear: ViewLinear}
+
+
+def install(model: object) -> int:
+    """Route `model`'s RoPE, RMSNorm and (unquantized) Linear modules; returns how many."""
+    return sum(
+        reclass(model, lambda m, b=base: type(m) is b, route) for base, route in ROUTES.items()
+    )
+
+
+def remove(model: object) -> None:
+    """Undo `install`."""
+    for base, route in ROUTES.items():
+        reclass(model, lambda m, r=route: type(m) is r, base)
