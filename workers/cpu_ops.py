@@ -25,50 +25,55 @@ runs each fast op as one kernel, and other dtypes keep MLX's own path.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from workers.backend import Backend
 from workers.row_linear import held_view, reclass
 
 # "1" / "0": install the routes or not, on any backend (unset: where MLX computes in launch, the
 # CPU; Backend.wants).
 ENV = "SPECFLEET_CPU_OPS"
 KEPT_SHAPES = 8  # broadcast views kept per module (shapes change with batch size and window)
+T = TypeVar("T")
 
 
 class _Memo(threading.local):
-    """Per thread (an engine's forward runs on one; MLX streams are per thread too): the
-    cos/sin tables of the forward in progress, keyed by the `offset` object it passes every
-    layer (held, so its identity cannot be reused while the tables live), the probes and the
-    norms' broadcast scalars by shape."""
+    """Per thread (an engine's forward runs on one; MLX streams are per thread too): what one
+    forward shares across its layers, per kind ("rope", "mask"), keyed by the object the model
+    passes every layer (the cache's `offset`, the mask) and held, so its identity cannot be
+    reused while the arrays made from it live; and the probes and broadcast scalars by shape."""
 
     def __init__(self) -> None:
-        self.offset: object = None
-        self.tables: dict[tuple, tuple[mx.array, mx.array]] = {}
-        self.probes: OrderedDict[tuple, mx.array] = OrderedDict()
-        self.scalars: OrderedDict[tuple, tuple[mx.array, mx.array]] = OrderedDict()
+        self.anchors: dict[str, tuple[object, dict[tuple, Any]]] = {}
+        self.probes: OrderedDict[tuple, Any] = OrderedDict()
+        self.scalars: OrderedDict[tuple, Any] = OrderedDict()
 
-    def positions(self, offset: object, key: tuple, make: Callable[[], object]) -> object:
-        if isinstance(offset, int):
-            same = isinstance(self.offset, int) and offset == self.offset
+    def per_forward(self, kind: str, anchor: object, key: tuple, make: Callable[[], T]) -> T:
+        held, made = self.anchors.get(kind, (None, {}))
+        if isinstance(anchor, int):
+            same = isinstance(held, int) and anchor == held
         else:
-            same = offset is self.offset
+            same = anchor is held
         if not same:
-            self.offset, self.tables = offset, {}
-        if key not in self.tables:
-            self.tables[key] = make()  # type: ignore[assignment]
-        return self.tables[key]
+            made = {}
+            self.anchors[kind] = (anchor, made)
+        if key not in made:
+            made[key] = make()
+        return made[key]  # type: ignore[return-value]
 
 
 _memo = _Memo()
 
 
-def _kept(table: OrderedDict, key: tuple, make: Callable[[], object], size: int) -> object:
-    value = table.get(key)
+def _kept(table: OrderedDict[tuple, Any], key: tuple, make: Callable[[], T], size: int) -> T:
+    value: T | None = table.get(key)
     if value is None:
         value = table[key] = make()
         while len(table) > size:
@@ -83,7 +88,7 @@ def _probe(B: int, T: int, dims: int, dtype: mx.Dtype) -> mx.array:
         half = mx.concatenate([mx.ones((dims // 2,), dtype), mx.zeros((dims // 2,), dtype)])
         return mx.broadcast_to(half, (B, 1, T, dims))
 
-    return _kept(_memo.probes, (B, T, dims, dtype), make, KEPT_SHAPES)  # type: ignore[return-value]
+    return _kept(_memo.probes, (B, T, dims, dtype), make, KEPT_SHAPES)
 
 
 class TableRoPE(nn.RoPE):
@@ -91,17 +96,20 @@ class TableRoPE(nn.RoPE):
 
     def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
         if self.traditional or x.ndim != 4 or x.dtype != mx.float32:
-            return super().__call__(x, offset)
+            return super().__call__(x, offset)  # type: ignore[arg-type]
         B, N, T, _ = x.shape
         half = self.dims // 2
-        rotated = _memo.positions(
-            offset, (B, T, self.dims, self.base, self.scale), lambda: self._rotated(B, T, offset)
+        rotated = _memo.per_forward(
+            "rope",
+            offset,
+            (B, T, self.dims, self.base, self.scale),
+            lambda: self._rotated(B, T, offset),
         )
-        cos, sin = _memo.positions(
-            offset, (B, N, T, self.dims, self.base, self.scale),
-            lambda: (mx.broadcast_to(rotated[..., :half], (B, N, T, half)),  # type: ignore[index]
-                     mx.broadcast_to(rotated[..., half:], (B, N, T, half))),  # type: ignore[index]
-        )  # type: ignore[misc]  # fmt: skip
+        cos, sin = _memo.per_forward(
+            "rope", offset, (B, N, T, self.dims, self.base, self.scale),
+            lambda: (mx.broadcast_to(rotated[..., :half], (B, N, T, half)),
+                     mx.broadcast_to(rotated[..., half:], (B, N, T, half))),
+        )  # fmt: skip
         x1, x2 = x[..., :half], x[..., half : self.dims]
         # The fallback's arithmetic, in its order (mlx/fast.cpp, rope, forward).
         parts = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
@@ -112,7 +120,7 @@ class TableRoPE(nn.RoPE):
     def _rotated(self, B: int, T: int, offset: int | mx.array) -> mx.array:
         """[B, 1, T, dims]: cos then sin of every position, by MLX's own fallback: rotating
         (1, 0) pairs gives (1*cos - 0*sin, 1*sin + 0*cos), exactly cos and sin."""
-        return super().__call__(_probe(B, T, self.dims, mx.float32), offset)
+        return super().__call__(_probe(B, T, self.dims, mx.float32), offset)  # type: ignore[arg-type]
 
 
 class ViewRMSNorm(nn.RMSNorm):
@@ -140,7 +148,7 @@ def _scalars(shape: tuple[int, ...], eps: float) -> tuple[mx.array, mx.array]:
             mx.broadcast_to(mx.array(eps, dtype=mx.float32), lead),
         )
 
-    return _kept(_memo.scalars, (shape, eps), make, 4 * KEPT_SHAPES)  # type: ignore[return-value]
+    return _kept(_memo.scalars, (shape, eps), make, 4 * KEPT_SHAPES)
 
 
 class ViewLinear(nn.Linear):
@@ -157,14 +165,89 @@ class ViewLinear(nn.Linear):
 ROUTES: dict[type, type] = {nn.RoPE: TableRoPE, nn.RMSNorm: ViewRMSNorm, nn.Linear: ViewLinear}
 
 
+def wanted() -> bool:
+    """The environment's 1/0 for ENV, else where MLX runs these fallbacks: the CPU."""
+    backend = Backend.current()
+    return backend.wants(ENV, default=backend.computes_in_launch)
+
+
 def install(model: object) -> int:
     """Route `model`'s RoPE, RMSNorm and (unquantized) Linear modules; returns how many."""
-    return sum(
-        reclass(model, lambda m, b=base: type(m) is b, route) for base, route in ROUTES.items()
-    )
+    changed = 0
+    for base, route in ROUTES.items():
+        changed += reclass(model, lambda m, b=base: type(m) is b, route)  # type: ignore[misc]
+    return changed
 
 
 def remove(model: object) -> None:
     """Undo `install`."""
     for base, route in ROUTES.items():
-        reclass(model, lambda m, r=route: type(m) is r, base)
+        reclass(model, lambda m, r=route: type(m) is r, base)  # type: ignore[misc]
+
+
+# -- attention ------------------------------------------------------------------------------------
+def install_attention(model: object) -> None:
+    """Route `model`'s attention through `attention` where the call comes from a ragged cache
+    whose owner asks for it (BatchCache.cpu_attention): mlx-lm imports
+    `scaled_dot_product_attention` by name into each model file, so it is replaced there (as
+    workers/attention_cuda.py does); every other call goes to mlx-lm's own function."""
+    for layer in getattr(model, "layers", []):
+        attn = getattr(layer, "self_attn", None)
+        module = sys.modules.get(type(attn).__module__) if attn is not None else None
+        original = getattr(module, "scaled_dot_product_attention", None)
+        if original is None or getattr(original, "_cpu_route", False):
+            continue
+        module.scaled_dot_product_attention = _attention_router(original)  # type: ignore[union-attr]
+
+
+def _attention_router(original: Callable[..., mx.array]) -> Callable[..., mx.array]:
+    def route(queries, keys, values, cache, scale, mask, sinks=None):  # type: ignore[no-untyped-def]
+        owner = getattr(cache, "owner", None)
+        if (
+            getattr(owner, "cpu_attention", False)
+            and sinks is None
+            and not hasattr(cache, "bits")
+            and isinstance(keys, mx.array)
+            and queries.dtype == keys.dtype == values.dtype == mx.float32
+            and (mask is None or (isinstance(mask, mx.array) and mask.dtype == mx.bool_))
+        ):
+            return attention(queries, keys, values, scale, mask)
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    route._cpu_route = True  # type: ignore[attr-defined]
+    return route
+
+
+def attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None
+) -> mx.array:
+    """MLX's attention fallback (mlx/fast.cpp, scaled_dot_product_attention) op for op, q
+    [B, Hq, L, D], k and v [B, Hk, S, D], mask bool [..., L, S] or None: the scale's broadcast
+    kept per shape, and the mask's broadcast, head split and fill value made once per forward
+    for every layer (the model passes them all one mask object)."""
+    B, Hq, L, _ = q.shape
+    Hk, S = k.shape[1], k.shape[2]
+    rep = Hq // Hk
+    scaled = _kept(_memo.scalars, ("scale", q.shape, scale),
+                   lambda: mx.broadcast_to(mx.array(scale, dtype=q.dtype), q.shape), 4 * KEPT_SHAPES)  # fmt: skip
+    q = scaled * q  # the fallback's order: scale times q
+    if rep > 1:
+        q = mx.unflatten(q, 1, (Hk, rep))  # [B, Hk, rep, L, D]
+        k, v = mx.expand_dims(k, 2), mx.expand_dims(v, 2)
+    scores = q @ mx.swapaxes(k, -1, -2)
+    if mask is not None:
+        keep, lowest = _memo.per_forward("mask", mask, (scores.shape, rep),
+                                         lambda: _mask_for(mask, (B, Hq, L, S), Hk, rep, scores.shape))  # fmt: skip
+        scores = mx.where(keep, scores, lowest)
+    out = mx.softmax(scores, axis=-1, precise=True) @ v
+    return mx.flatten(out, 1, 2) if rep > 1 else out
+
+
+def _mask_for(
+    mask: mx.array, shape: tuple, Hk: int, rep: int, scores: tuple
+) -> tuple[mx.array, mx.array]:
+    keep = mx.broadcast_to(mask, shape)  # what MLX hands its fallback
+    if rep > 1:
+        keep = mx.unflatten(keep, -3, (Hk, rep))
+    lowest = mx.broadcast_to(mx.array(mx.finfo(mx.float32).min, dtype=mx.float32), scores)
+    return keep, lowest

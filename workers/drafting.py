@@ -39,7 +39,7 @@ def attach_drafter(
     head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
     if head is not None and backend.wants(row_linear.ENV):
         row_linear.install(head)  # before compile_steps: a trace's key names the classes
-    if backend.wants(cpu_ops.ENV, default=backend.computes_in_launch):
+    if cpu_ops.wanted():
         for own in (head, getattr(drafter, "model", None)):  # an MTP head, a draft model
             if own is not None:
                 cpu_ops.install(own)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from workers import attention_cuda
+from workers import attention_cuda, cpu_ops
 from workers.backend import Backend
 from workers.cache_types import CacheOwner, LayerCache, concat_rows
 from workers.hybrid import RaggedStateCache, install
@@ -233,6 +233,8 @@ class BatchCache:
         # attend through that kernel on MLX CUDA, with the rows' lengths instead of the mask;
         # off for a model with sliding-window layers.
         self.kernel_attention = Backend.current().builds_per_shape
+        # Attention as MLX's CPU fallback with fewer graph nodes (workers/cpu_ops.py).
+        self.cpu_attention = cpu_ops.wanted()
         self._refresh()
 
     @classmethod
@@ -414,6 +416,8 @@ def layer_kinds(model: object) -> list[bool]:
     recurrent = install(model)
     if Backend.current().builds_per_shape:
         attention_cuda.install(model)
+    if cpu_ops.wanted():
+        cpu_ops.install_attention(model)
     make_cache = getattr(model, "make_cache", None)
     if make_cache is None:
         return recurrent

@@ -127,6 +127,9 @@ def test_engine_installs_them_on_the_cpu_and_decodes_like_mlx_lm():
     engine = Engine(model, None, max_batch_size=2)
     kinds = {type(m) for _, m in model.named_modules()}
     assert set(cpu_ops.ROUTES.values()) <= kinds
+    import mlx_lm.models.qwen3 as family
+
+    assert engine.cache.cpu_attention and family.scaled_dot_product_attention._cpu_route
     outs = engine.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
     cpu_ops.remove(model)
     assert not any(type(m) in cpu_ops.ROUTES.values() for _, m in model.named_modules())
@@ -139,3 +142,23 @@ def test_switch_off_keeps_mlx_modules(monkeypatch):
     model = tiny_model("qwen3")
     Engine(model, None, max_batch_size=1)
     assert not any(type(m) in cpu_ops.ROUTES.values() for _, m in model.named_modules())
+
+
+@pytest.mark.parametrize("Hq, Hk", [(4, 2), (4, 4)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_equals_mlx_bit_for_bit(Hq, Hk, masked):
+    B, L, S, D = 3, 4, 9, 16
+    lengths = mx.array([5, 2, 0])
+    mask = None
+    if masked:  # a ragged window's mask, one object for every layer of the forward
+        slot, query = mx.arange(S)[None, None, None, :], mx.arange(L)[None, None, :, None]
+        mask = slot <= lengths[:, None, None, None] + query  # [B, 1, L, S]
+    for layer in range(3):
+        q, k, v = (mx.random.normal((B, H, n, D)) for H, n in ((Hq, L), (Hk, S), (Hk, S)))
+        want = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)
+        assert mx.array_equal(cpu_ops.attention(q, k, v, D**-0.5, mask), want).item(), layer
+    if masked:  # the next forward's mask: the kept broadcast must not be read
+        mask = mx.logical_not(mask)
+        mask[..., 0] = True
+        want = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)
+        assert mx.array_equal(cpu_ops.attention(q, k, v, D**-0.5, mask), want).item()
