@@ -17,8 +17,6 @@ for bit (tests/workers/engine/test_cpu_ops.py), and build fewer nodes:
 - `ViewRMSNorm`: the fallback broadcasts its two scalars (1/n and eps) and the weight on every
   call; here they are broadcast once per shape and kept (an evaluated broadcast is a view, no
   node): 8 nodes.
-- `ViewLinear`: `x @ weight.T` transposes the weight on every call; the transposed view is made
-  once per weight and kept.
 Only where MLX runs these fallbacks (the CPU) and on float32 arrays (the CPU's dtype): a GPU
 runs each fast op as one kernel, and other dtypes keep MLX's own path.
 """
@@ -151,18 +149,7 @@ def _scalars(shape: tuple[int, ...], eps: float) -> tuple[mx.array, mx.array]:
     return _kept(_memo.scalars, (shape, eps), make, 4 * KEPT_SHAPES)
 
 
-class ViewLinear(nn.Linear):
-    """nn.Linear reading a transposed view of its weight made once, not per call."""
-
-    def __call__(self, x: mx.array) -> mx.array:
-        w = self["weight"]
-        wt = held_view(self, "t", w, lambda: w.T)
-        if "bias" in self:
-            return mx.addmm(self["bias"], x, wt)
-        return x @ wt
-
-
-ROUTES: dict[type, type] = {nn.RoPE: TableRoPE, nn.RMSNorm: ViewRMSNorm, nn.Linear: ViewLinear}
+ROUTES: dict[type, type] = {nn.RoPE: TableRoPE, nn.RMSNorm: ViewRMSNorm}
 
 
 def wanted() -> bool:
@@ -172,7 +159,7 @@ def wanted() -> bool:
 
 
 def install(model: object) -> int:
-    """Route `model`'s RoPE, RMSNorm and (unquantized) Linear modules; returns how many."""
+    """Route `model`'s RoPE and RMSNorm modules; returns how many."""
     changed = 0
     for base, route in ROUTES.items():
         changed += reclass(model, lambda m, b=base: type(m) is b, route)  # type: ignore[misc]

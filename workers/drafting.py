@@ -39,9 +39,10 @@ def attach_drafter(
     head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
     if head is not None and backend.wants(row_linear.ENV):
         row_linear.install(head)  # before compile_steps: a trace's key names the classes
-    if cpu_ops.wanted():
-        for own in (head, getattr(drafter, "model", None)):  # an MTP head, a draft model
-            if own is not None:
+    for own in (head, getattr(drafter, "model", None)):  # an MTP head, a draft model
+        if own is not None:
+            row_linear.install_views(own)
+            if cpu_ops.wanted():
                 cpu_ops.install(own)
     if backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]

@@ -95,6 +95,7 @@ class Engine:
             row_linear.install(model)
         if skinny_linear.wanted():  # opt-in: 2-8 row linears on mid-size weights (MLX CUDA)
             skinny_linear.install(model)
+        row_linear.install_views(model)  # every other linear: its transpose made once
         if cpu_ops.wanted():
             cpu_ops.install(model)  # fewer graph nodes per forward on the CPU, same numbers
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(

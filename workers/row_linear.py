@@ -26,7 +26,20 @@ ENV = "SPECFLEET_ROW_LINEAR"
 _indices: dict[int, tuple[mx.array, mx.array]] = {}  # M -> (arange(M), zeros(M)), uint32
 
 
-class RowLinear(nn.Linear):
+class ViewLinear(nn.Linear):
+    """nn.Linear reading a transposed view of its weight made once, not per call: `x @ w.T`
+    adds a Transpose node to every call's graph, which every backend's host pays for (a
+    6.6B Qwen3 step calls 224 linears). The same matmul of the same view: the same numbers."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        w = self["weight"]
+        wt = held_view(self, "t", w, lambda: w.T)
+        if "bias" in self:
+            return mx.addmm(self["bias"], x, wt)
+        return x @ wt
+
+
+class RowLinear(ViewLinear):
     """nn.Linear without bias whose calls of 2..ROWS_MAX rows run as per-row gemvs."""
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -84,6 +97,11 @@ def install(model: object) -> int:
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
     reclass(model, lambda m: type(m) is RowLinear, nn.Linear)
+
+
+def install_views(model: object) -> int:
+    """Give `model`'s remaining plain linear layers their held transposed view (ViewLinear)."""
+    return reclass(model, lambda m: type(m) is nn.Linear, ViewLinear)
 
 
 def held_view(
