@@ -90,11 +90,12 @@ def as_mlx_lm_built(model):
     shared model) are undone for the block and put back after, so the baseline never runs
     our kernels or op graphs."""
     from workers import cpu_ops
-    from workers.row_linear import RowLinear, ViewLinear
+    from workers.row_linear import VIEW_ROUTES, RowLinear
     from workers.skinny_linear import SkinnyLinear
 
-    restore = {RowLinear: nn.Linear, SkinnyLinear: nn.Linear, ViewLinear: nn.Linear}
-    restore.update({route: base for base, route in cpu_ops.ROUTES.items()})
+    restore = {RowLinear: nn.Linear, SkinnyLinear: nn.Linear}
+    for routes in (cpu_ops.ROUTES, VIEW_ROUTES):
+        restore.update({route: base for base, route in routes.items()})
     routed = [m for _, m in model.named_modules() if type(m) in restore]
     classes = [type(m) for m in routed]
     for m in routed:

@@ -39,6 +39,14 @@ class ViewLinear(nn.Linear):
         return x @ wt
 
 
+class ViewEmbedding(nn.Embedding):
+    """nn.Embedding whose `as_linear` (a tied lm_head) reads a transposed view made once."""
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        w = self["weight"]
+        return x @ held_view(self, "t", w, lambda: w.T)
+
+
 class RowLinear(ViewLinear):
     """nn.Linear without bias whose calls of 2..ROWS_MAX rows run as per-row gemvs."""
 
@@ -82,7 +90,7 @@ class RowLinear(ViewLinear):
 def serves(module: object) -> bool:
     """A small bias-free linear of a width MLX's own gemv takes."""
     return (
-        type(module) is nn.Linear
+        type(module) in (nn.Linear, ViewLinear)
         and "bias" not in module
         and module.weight.nbytes <= WEIGHT_BYTES_MAX
         and module.weight.shape[1] % 32 == 0
@@ -96,12 +104,19 @@ def install(model: object) -> int:
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
-    reclass(model, lambda m: type(m) is RowLinear, nn.Linear)
+    reclass(model, lambda m: type(m) is RowLinear, ViewLinear)
+
+
+VIEW_ROUTES: dict[type, type] = {nn.Linear: ViewLinear, nn.Embedding: ViewEmbedding}
 
 
 def install_views(model: object) -> int:
-    """Give `model`'s remaining plain linear layers their held transposed view (ViewLinear)."""
-    return reclass(model, lambda m: type(m) is nn.Linear, ViewLinear)
+    """Give `model`'s remaining plain linear layers (and a tied lm_head's embedding) their held
+    transposed view."""
+    changed = 0
+    for base, route in VIEW_ROUTES.items():
+        changed += reclass(model, lambda m, b=base: type(m) is b, route)  # type: ignore[misc]
+    return changed
 
 
 def held_view(

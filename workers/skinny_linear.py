@@ -160,7 +160,7 @@ class SkinnyLinear(nn.Linear):
 
 def serves(module: object) -> bool:
     """A plain bias-free half-precision linear above row_linear's weights and within ours."""
-    if type(module) is not nn.Linear or "bias" in module:
+    if type(module) not in (nn.Linear, row_linear.ViewLinear) or "bias" in module:
         return False
     w = module.weight
     return (
@@ -187,4 +187,4 @@ def install(model: object) -> int:
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
-    row_linear.reclass(model, lambda m: type(m) is SkinnyLinear, nn.Linear)
+    row_linear.reclass(model, lambda m: type(m) is SkinnyLinear, row_linear.ViewLinear)

@@ -78,14 +78,18 @@ def test_baseline_runs_on_the_linears_mlx_lm_built():
     import mlx.nn as nn
 
     from bench.engine import as_mlx_lm_built
-    from workers import row_linear
+    from workers import cpu_ops, row_linear
 
     small, other = nn.Linear(64, 96, bias=False), nn.Linear(64, 96, bias=False)
-    tree = nn.Sequential(small, other)
+    biased, norm = nn.Linear(64, 96), nn.RMSNorm(96)
+    tree = nn.Sequential(small, other, biased, norm)
     assert row_linear.install(tree) == 2
+    assert row_linear.install_views(tree) == 1 and cpu_ops.install(tree) == 1
     with as_mlx_lm_built(tree):
-        assert type(small) is nn.Linear and type(other) is nn.Linear
+        assert [type(m) for m in (small, other, biased)] == [nn.Linear] * 3
+        assert type(norm) is nn.RMSNorm
     assert type(small) is row_linear.RowLinear and type(other) is row_linear.RowLinear
+    assert type(biased) is row_linear.ViewLinear and type(norm) is cpu_ops.ViewRMSNorm
 
 
 def test_shape_ceiling_builds_the_shape_asked_and_reports_its_ceiling(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.tiny import reference_greedy, tiny_model
 from workers import Engine, SamplingParams, cpu_ops
-from workers.row_linear import ViewLinear
+from workers.row_linear import ViewEmbedding, ViewLinear
 
 
 def nodes(*arrays: mx.array) -> int:
@@ -108,6 +108,17 @@ def test_linear_equals_mlx_bit_for_bit(bias):
     assert mx.array_equal(new(x), ref(x)).item()
 
 
+def test_tied_head_equals_mlx_bit_for_bit():
+    ref = nn.Embedding(50, 32)
+    new = nn.Embedding(50, 32)
+    new.weight = ref.weight
+    new.__class__ = ViewEmbedding
+    x = mx.random.normal((2, 3, 32))
+    for _ in range(2):
+        assert mx.array_equal(new.as_linear(x), ref.as_linear(x)).item()
+    assert mx.array_equal(new(mx.array([[1, 7]])), ref(mx.array([[1, 7]]))).item()
+
+
 def test_routes_build_fewer_nodes():
     x = mx.random.normal((1, 4, 1, 64))
     offset = mx.array([9])
@@ -128,15 +139,15 @@ def test_engine_installs_them_on_the_cpu_and_decodes_like_mlx_lm():
     prompts = [[3, 9, 4, 1, 7], [5, 2, 8]]
     engine = Engine(model, None, max_batch_size=2)
     kinds = {type(m) for _, m in model.named_modules()}
-    assert set(cpu_ops.ROUTES.values()) | {ViewLinear} <= kinds
+    assert set(cpu_ops.ROUTES.values()) | {ViewLinear, ViewEmbedding} <= kinds
     import mlx_lm.models.qwen3 as family
 
     assert engine.cache.cpu_attention and family.scaled_dot_product_attention._cpu_route
     outs = engine.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
     cpu_ops.remove(model)
     for _, m in model.named_modules():
-        if type(m) is ViewLinear:
-            m.__class__ = nn.Linear
+        if type(m) in (ViewLinear, ViewEmbedding):
+            m.__class__ = m.__class__.__bases__[0]
     assert not any(type(m) in cpu_ops.ROUTES.values() for _, m in model.named_modules())
     for prompt, out in zip(prompts, outs):
         assert list(out.tokens) == reference_greedy(model, prompt, 12)[0]
