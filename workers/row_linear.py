@@ -90,7 +90,8 @@ class RowLinear(ViewLinear):
 def serves(module: object) -> bool:
     """A small bias-free linear of a width MLX's own gemv takes."""
     return (
-        type(module) in (nn.Linear, ViewLinear)
+        isinstance(module, nn.Linear)
+        and type(module) in (nn.Linear, ViewLinear)
         and "bias" not in module
         and module.weight.nbytes <= WEIGHT_BYTES_MAX
         and module.weight.shape[1] % 32 == 0

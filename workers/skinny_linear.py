@@ -160,7 +160,9 @@ class SkinnyLinear(nn.Linear):
 
 def serves(module: object) -> bool:
     """A plain bias-free half-precision linear above row_linear's weights and within ours."""
-    if type(module) not in (nn.Linear, row_linear.ViewLinear) or "bias" in module:
+    if not isinstance(module, nn.Linear) or type(module) not in (nn.Linear, row_linear.ViewLinear):
+        return False
+    if "bias" in module:
         return False
     w = module.weight
     return (
