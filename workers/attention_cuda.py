@@ -23,10 +23,11 @@ The cache still builds its mask, so a layer this module did not patch stays corr
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import mlx.core as mx
+
+from workers.attention_route import route_attention
 
 # One block of NW warps per (row b, query head hq, window query i): lanes split the head dim
 # (E = D / 32 elements each), warps split the keys (warp w takes keys w, w + NW, ...) with an
@@ -143,14 +144,8 @@ def serves(q: mx.array, k: mx.array, sinks: object) -> bool:
 
 
 def install(model: object) -> None:
-    """Route the attention of `model`'s layers through `route` (once per model module)."""
-    for layer in getattr(model, "layers", []):
-        attn = getattr(layer, "self_attn", None)
-        module = sys.modules.get(type(attn).__module__) if attn is not None else None
-        original = getattr(module, "scaled_dot_product_attention", None)
-        if original is None or getattr(original, "_ragged_route", False):
-            continue
-        module.scaled_dot_product_attention = _router(original)  # type: ignore[union-attr]
+    """Route the attention of `model`'s layers through `route` (once per model file)."""
+    route_attention(model, _router, "_ragged_route")
 
 
 def _router(original: Any) -> Any:
@@ -166,5 +161,4 @@ def _router(original: Any) -> Any:
             return ragged_window_attention(queries, keys, values, cache.owner.lengths_mx, scale)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
-    route._ragged_route = True  # type: ignore[attr-defined]
     return route

@@ -13,7 +13,8 @@ for bit (tests/workers/engine/test_cpu_ops.py), and build fewer nodes:
   forward shares (the cache's `offset` is one array object per forward). They are made once per
   forward by MLX's own fallback, run on a probe whose first half is ones and second half zeros
   (its outputs are then exactly the fallback's cos and sin), and broadcast once per head count.
-  A call then costs 9 nodes (two slices, four products, a difference, a sum, a concatenation).
+  A call then costs 6 nodes (two slices and a concatenation rotating the halves, two products,
+  a sum; 9 under partial rotation).
 - `ViewRMSNorm`: the fallback broadcasts its two scalars (1/n and eps) and the weight on every
   call; here they are broadcast once per shape and kept (an evaluated broadcast is a view, no
   node): 8 nodes.
@@ -23,7 +24,6 @@ runs each fast op as one kernel, and other dtypes keep MLX's own path.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import mlx.core as mx
 import mlx.nn as nn
 
+from workers.attention_route import route_attention
 from workers.backend import Backend
 from workers.row_linear import held_view, reclass
 
@@ -103,22 +104,38 @@ class TableRoPE(nn.RoPE):
             (B, T, self.dims, self.base, self.scale),
             lambda: self._rotated(B, T, offset),
         )
+        x1, x2 = x[..., :half], x[..., half : self.dims]
+        if self.dims == x.shape[-1]:
+            # The fallback's [x1*cos - x2*sin, x1*sin + x2*cos] as x*[cos, cos] + [x2, x1]*[-sin,
+            # sin]: a - b is a + (-b) and x*(-s) is -(x*s) in IEEE arithmetic, and a sum's order
+            # does not change it, so every element is the fallback's bit for bit; 6 nodes, not 9.
+            both, signed = _memo.per_forward(
+                "rope", offset, (B, N, T, self.dims, self.base, self.scale),
+                lambda: _whole_tables(rotated, half, (B, N, T, 2 * half)),
+            )  # fmt: skip
+            return x * both + mx.concatenate([x2, x1], axis=-1) * signed
         cos, sin = _memo.per_forward(
-            "rope", offset, (B, N, T, self.dims, self.base, self.scale),
+            "rope", offset, (B, N, T, self.dims, self.base, self.scale, "part"),
             lambda: (mx.broadcast_to(rotated[..., :half], (B, N, T, half)),
                      mx.broadcast_to(rotated[..., half:], (B, N, T, half))),
         )  # fmt: skip
-        x1, x2 = x[..., :half], x[..., half : self.dims]
         # The fallback's arithmetic, in its order (mlx/fast.cpp, rope, forward).
-        parts = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
-        if self.dims < x.shape[-1]:
-            parts.append(x[..., self.dims :])
+        parts = [x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., self.dims :]]
         return mx.concatenate(parts, axis=-1)
 
     def _rotated(self, B: int, T: int, offset: int | mx.array) -> mx.array:
         """[B, 1, T, dims]: cos then sin of every position, by MLX's own fallback: rotating
         (1, 0) pairs gives (1*cos - 0*sin, 1*sin + 0*cos), exactly cos and sin."""
         return super().__call__(_probe(B, T, self.dims, mx.float32), offset)  # type: ignore[arg-type]
+
+
+def _whole_tables(rotated: mx.array, half: int, shape: tuple) -> tuple[mx.array, mx.array]:
+    """([cos, cos], [-sin, sin]) broadcast to `shape`, from rotated [B, 1, T, 2*half]."""
+    cos, sin = rotated[..., :half], rotated[..., half:]
+    return (
+        mx.broadcast_to(mx.concatenate([cos, cos], axis=-1), shape),
+        mx.broadcast_to(mx.concatenate([-sin, sin], axis=-1), shape),
+    )
 
 
 class ViewRMSNorm(nn.RMSNorm):
@@ -178,13 +195,7 @@ def install_attention(model: object) -> None:
     whose owner asks for it (BatchCache.cpu_attention): mlx-lm imports
     `scaled_dot_product_attention` by name into each model file, so it is replaced there (as
     workers/attention_cuda.py does); every other call goes to mlx-lm's own function."""
-    for layer in getattr(model, "layers", []):
-        attn = getattr(layer, "self_attn", None)
-        module = sys.modules.get(type(attn).__module__) if attn is not None else None
-        original = getattr(module, "scaled_dot_product_attention", None)
-        if original is None or getattr(original, "_cpu_route", False):
-            continue
-        module.scaled_dot_product_attention = _attention_router(original)  # type: ignore[union-attr]
+    route_attention(model, _attention_router, "_cpu_route")
 
 
 def _attention_router(original: Callable[..., mx.array]) -> Callable[..., mx.array]:
@@ -201,7 +212,6 @@ def _attention_router(original: Callable[..., mx.array]) -> Callable[..., mx.arr
             return attention(queries, keys, values, scale, mask)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
-    route._cpu_route = True  # type: ignore[attr-defined]
     return route
 
 

@@ -12,6 +12,7 @@ weights (read from L2) and few rows take this route (bench/row_matmul.py measure
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -109,11 +110,14 @@ def remove(model: object) -> None:
 
 
 VIEW_ROUTES: dict[type, type] = {nn.Linear: ViewLinear, nn.Embedding: ViewEmbedding}
+VIEW_ENV = "SPECFLEET_VIEW_LINEAR"  # "0": keep mlx-lm's linears (benchmarks' off side)
 
 
 def install_views(model: object) -> int:
     """Give `model`'s remaining plain linear layers (and a tied lm_head's embedding) their held
-    transposed view."""
+    transposed view (on every backend unless VIEW_ENV is "0")."""
+    if os.environ.get(VIEW_ENV) == "0":
+        return 0
     changed = 0
     for base, route in VIEW_ROUTES.items():
         changed += reclass(model, lambda m, b=base: type(m) is b, route)  # type: ignore[misc]
