@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.engine import run_batch_generator
 from bench.forced_drafter import DeviceForcedDrafter
-from workers import Engine, SamplingParams, skinny_linear
+from workers import Engine, SamplingParams, row_linear, skinny_linear
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 
@@ -81,20 +81,31 @@ def routed_verify_ratio(model, B: int, K: int, on: bool) -> float:
     return verify_ratio(model, B, K)
 
 
-def route_off(make):
-    """An engine maker whose engine runs without the skinny-linear route (the A/B's off side):
-    engines install it on the shared model when built, so each pass sets its own state."""
+def route_off(make, undo):
+    """An engine maker whose engine runs without a route (the A/B's off side: `undo`, e.g.
+    skinny_linear.remove): engines install routes on the shared model when built, so each pass
+    sets its own state."""
 
     def made():
         engine = make()
-        skinny_linear.remove(engine.model)
+        undo(engine.model)
         return engine
 
     return made
 
 
+AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
+
+
 def measure(
-    model, vocab: int, B: int, max_tokens: int, depth: int, rng, repeats: int = 3, ab: bool = False
+    model,
+    vocab: int,
+    B: int,
+    max_tokens: int,
+    depth: int,
+    rng,
+    repeats: int = 3,
+    ab: str | None = None,
 ) -> dict:
     """One batch size: plain engine (pipelined and one round at a time), BatchGenerator, and
     forced acceptance with a device-resident drafter (the zero-cost, always-right drafter).
@@ -117,8 +128,9 @@ def measure(
         "sync": lambda: Engine(model, None, max_batch_size=B, pipeline=False),
         "forced": forced,
     }
-    if ab:  # the same configurations with workers/skinny_linear.py off, taking turns with them;
+    if ab:  # the same configurations with the route `ab` off (AB_UNDO), taking turns with them;
         # forced rounds one at a time too, where the device's time adds to the host's
+        undo = AB_UNDO[ab]
 
         def forced_sync() -> Engine:
             d = DeviceForcedDrafter(refs, vocab=vocab)
@@ -126,10 +138,10 @@ def measure(
                           pipeline=False)  # fmt: skip
 
         makers |= {
-            "plain_off": route_off(makers["plain"]),
-            "forced_off": route_off(forced),
+            "plain_off": route_off(makers["plain"], undo),
+            "forced_off": route_off(forced, undo),
             "forced_sync": forced_sync,
-            "forced_sync_off": route_off(forced_sync),
+            "forced_sync_off": route_off(forced_sync, undo),
         }
     tokens_per_s: dict[str, list[float]] = {k: [] for k in [*makers, "bg"]}
     last: dict = {}
@@ -180,7 +192,7 @@ def measure(
         "verify_over_decode_time": routed_verify_ratio(model, B, depth, on=True),
         **(
             {"verify_over_decode_time_off": routed_verify_ratio(model, B, depth, on=False)}
-            if ab
+            if ab == "skinny"
             else {}
         ),  # fmt: skip
         "tokens_per_s_each_pass": {k: [round(x, 1) for x in v] for k, v in tokens_per_s.items()},
@@ -208,7 +220,13 @@ def main() -> None:
         action="store_true",
         help="also run plain and forced with workers/skinny_linear.py off, in turns",
     )
+    ap.add_argument(
+        "--ab-views",
+        action="store_true",
+        help="also run plain and forced with row_linear's held weight views off, in turns",
+    )
     args = ap.parse_args()
+    ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
     if args.ab_skinny:
         os.environ[skinny_linear.ENV] = "1"  # engines install it; the off side removes it
 
@@ -225,9 +243,7 @@ def main() -> None:
         res["models"][preset] = entry
         rng = np.random.default_rng(1)
         for B in [int(b) for b in args.batch_sizes.split(",")]:
-            row = measure(
-                model, 32000, B, args.max_tokens, args.depth, rng, args.repeats, args.ab_skinny
-            )
+            row = measure(model, 32000, B, args.max_tokens, args.depth, rng, args.repeats, ab)
             entry["rows"][str(B)] = row
             print(
                 f"{preset} B={B}",

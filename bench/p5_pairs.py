@@ -39,8 +39,11 @@ def timed_pass(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -> 
     }
 
 
-def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
-    """Per repeat: plain and MTP passes with the per-row gemv route off, then on, in place."""
+def ab_row_linear(
+    plain: Engine, mtp: Engine, prompts, sp, pairs: int, rows_max: int | None = None
+) -> dict:
+    """Per repeat: plain and MTP passes with the per-row gemv route off, then on, in place; with
+    `rows_max`, "off" is the route at its ROWS_MAX and "on" the route up to `rows_max` rows."""
     from workers import row_linear
     from workers.compiled_step import CompiledStep
 
@@ -50,10 +53,15 @@ def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
     compiled = getattr(mtp.drafter, "compiled", None)
     traces = {"on": compiled}
 
+    default_max = row_linear.ROWS_MAX
+
     def route(state: str) -> None:
+        if rows_max is not None:
+            row_linear.ROWS_MAX = rows_max if state == "on" else default_max
         for m in models:
             if m is not None:
-                (row_linear.install if state == "on" else row_linear.remove)(m)
+                on = state == "on" or rows_max is not None
+                (row_linear.install if on else row_linear.remove)(m)
         if compiled is not None:
             if state not in traces:
                 traces[state] = CompiledStep(compiled.step, compiled.modules)
@@ -68,6 +76,8 @@ def ab_row_linear(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
             route(state)
             runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
             runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
+    row_linear.ROWS_MAX = default_max
+    route("on" if rows_max is None else "off")  # the engine's own state for what follows
     ratio = {k: [a / b for a, b in zip(runs[n], runs[d])] for k, n, d in (
         ("plain_on_over_off", "plain_on", "plain_off"), ("mtp_on_over_off", "mtp_on", "mtp_off"),
         ("mtp_over_plain_off", "mtp_off", "plain_off"), ("mtp_over_plain_on", "mtp_on", "plain_on"),
@@ -86,6 +96,9 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what tree or setting this run measures")
     ap.add_argument("--ab-row-linear", action="store_true",
                     help="each pair twice, linears as per-row gemvs off then on (workers/row_linear.py)")  # fmt: skip
+    ap.add_argument("--ab-rows-max", type=int,
+                    help="each pair twice, the per-row gemv route up to its ROWS_MAX rows then up "
+                    "to this many (off / on in the output)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     prompts = heldout_prompts(args.model_dir, args.prompts)
@@ -96,8 +109,10 @@ def main() -> None:
         mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth)
         for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
             engine.generate(prompts, [sp] * len(prompts))
-        if args.ab_row_linear:
-            rows[f"{B} row_linear"] = ab_row_linear(plain, mtp, prompts, sp, args.pairs)
+        if args.ab_row_linear or args.ab_rows_max:
+            rows[f"{B} row_linear"] = ab_row_linear(
+                plain, mtp, prompts, sp, args.pairs, args.ab_rows_max
+            )
             print(
                 f"{args.label} B={B}: {json.dumps(rows[f'{B} row_linear']['summary'])}", flush=True
             )

@@ -142,6 +142,12 @@ def held_view(
     return entry[1]
 
 
+def remove_views(model: object) -> None:
+    """Undo `install_views` (benchmarks compare both in one process)."""
+    for base, route in VIEW_ROUTES.items():
+        reclass(model, lambda m, r=route: type(m) is r, base)  # type: ignore[misc]
+
+
 def reclass(model: object, takes: Callable[[object], bool], cls: type) -> int:
     """Give every module of `model` that `takes` accepts the class `cls` (same parameters, the
     other call: how a route is installed or undone); returns how many."""
