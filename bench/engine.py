@@ -14,7 +14,6 @@ import argparse
 import json
 import platform
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -26,6 +25,7 @@ from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
 from workers.loading import upcast_on_cpu
 from workers.mtp.loader import has_mtp
+from workers.routes import as_mlx_lm_built  # noqa: F401 (bench scripts import it from here)
 
 
 def real_checkpoint() -> Path:
@@ -44,8 +44,6 @@ def slow_draft(draft):
     """The draft model kept 4-bit with fp16 scales: on MLX's CPU backend its matmuls are tens
     of times slower than the target's fp32 ones, a drafter that cannot pay (issue 11, P4)."""
     import copy
-
-    import mlx.nn as nn
 
     slow = copy.deepcopy(draft)
     slow.set_dtype(mx.float16)
@@ -81,30 +79,6 @@ def prompts_for(tok, n: int, vocab: int, seed: int = 0) -> list[list[int]]:
         return [tok.encode(t, add_special_tokens=False) for t in texts]
     rng = np.random.default_rng(seed)
     return [rng.integers(0, vocab, size=int(rng.integers(8, 64))).tolist() for _ in range(n)]
-
-
-@contextmanager
-def as_mlx_lm_built(model):
-    """The model's modules as mlx-lm built them while a baseline runs: the engine's routes
-    (workers/row_linear.py, workers/skinny_linear.py, workers/cpu_ops.py re-class modules of the
-    shared model) are undone for the block and put back after, so the baseline never runs
-    our kernels or op graphs."""
-    from workers import cpu_ops
-    from workers.row_linear import VIEW_ROUTES, RowLinear
-    from workers.skinny_linear import SkinnyLinear
-
-    restore = {RowLinear: nn.Linear, SkinnyLinear: nn.Linear}
-    for routes in (cpu_ops.ROUTES, VIEW_ROUTES):
-        restore.update({route: base for base, route in routes.items()})
-    routed = [m for _, m in model.named_modules() if type(m) in restore]
-    classes = [type(m) for m in routed]
-    for m in routed:
-        m.__class__ = restore[type(m)]
-    try:
-        yield model
-    finally:
-        for m, cls in zip(routed, classes):
-            m.__class__ = cls
 
 
 def run_batch_generator(model, prompts, max_tokens: int, B: int, temperature: float = 0.0) -> dict:

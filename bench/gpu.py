@@ -215,12 +215,13 @@ def main() -> None:
     ap.add_argument("--presets", default="1b,6b")
     ap.add_argument("--skip-default", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per configuration")
-    ap.add_argument(
+    ab_route = ap.add_mutually_exclusive_group()
+    ab_route.add_argument(
         "--ab-skinny",
         action="store_true",
         help="also run plain and forced with workers/skinny_linear.py off, in turns",
     )
-    ap.add_argument(
+    ab_route.add_argument(
         "--ab-views",
         action="store_true",
         help="also run plain and forced with row_linear's held weight views off, in turns",

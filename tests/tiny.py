@@ -112,14 +112,19 @@ def mixed_prompts(n: int, seed: int = 0, vocab: int = VOCAB, lengths=None) -> li
 
 
 def reference_greedy(model, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-    """mlx-lm's own single-sequence greedy decode, and each step's top-2 logit gap."""
+    """mlx-lm's own single-sequence greedy decode, and each step's top-2 logit gap, on the
+    modules mlx-lm built (an engine made on `model` re-classed some: they are undone here, so the
+    reference shares no code path with specfleet)."""
     from mlx_lm.generate import generate_step
 
+    from workers.routes import as_mlx_lm_built
+
     tokens, gaps = [], []
-    for tok, logprobs in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
-        top2 = mx.topk(logprobs, 2)
-        gaps.append(float(mx.abs(top2[0] - top2[1]).item()))
-        tokens.append(int(tok))
+    with as_mlx_lm_built(model):
+        for tok, logprobs in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
+            top2 = mx.topk(logprobs, 2)
+            gaps.append(float(mx.abs(top2[0] - top2[1]).item()))
+            tokens.append(int(tok))
     return tokens, gaps
 
 

@@ -15,13 +15,15 @@ from typing import Any
 
 def route_attention(model: object, wrap: Callable[[Any], Any], marker: str) -> None:
     """Wrap the attention function of the files `model`'s attention layers come from, unless a
-    wrapper carrying `marker` (an attribute set to True) is already in place."""
+    wrapper named `marker` is already anywhere in the chain (each wrapper carries the names of
+    every wrapper below it, so two routes installed in turns never wrap each other again)."""
     for layer in getattr(model, "layers", []):
         attn = getattr(layer, "self_attn", None)
         module = sys.modules.get(type(attn).__module__) if attn is not None else None
         original = getattr(module, "scaled_dot_product_attention", None)
-        if original is None or getattr(original, marker, False):
+        below: frozenset[str] = getattr(original, "_routes", frozenset())
+        if original is None or marker in below:
             continue
         route = wrap(original)
-        setattr(route, marker, True)
+        route._routes = below | {marker}
         module.scaled_dot_product_attention = route  # type: ignore[union-attr]

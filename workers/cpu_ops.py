@@ -39,8 +39,8 @@ from workers.row_linear import held_view, reclass
 # "1" / "0": install the routes or not, on any backend (unset: where MLX computes in launch, the
 # CPU; Backend.wants).
 ENV = "SPECFLEET_CPU_OPS"
-KEPT_SHAPES = 8  # broadcast views kept per module (shapes change with batch size and window)
-T = TypeVar("T")
+KEPT_SHAPES = 8  # shapes each table keeps (they change with batch size and window); FIFO
+R = TypeVar("R")
 
 
 class _Memo(threading.local):
@@ -54,7 +54,7 @@ class _Memo(threading.local):
         self.probes: OrderedDict[tuple, Any] = OrderedDict()
         self.scalars: OrderedDict[tuple, Any] = OrderedDict()
 
-    def per_forward(self, kind: str, anchor: object, key: tuple, make: Callable[[], T]) -> T:
+    def per_forward(self, kind: str, anchor: object, key: tuple, make: Callable[[], R]) -> R:
         held, made = self.anchors.get(kind, (None, {}))
         if isinstance(anchor, int):
             same = isinstance(held, int) and anchor == held
@@ -64,6 +64,8 @@ class _Memo(threading.local):
             made = {}
             self.anchors[kind] = (anchor, made)
         if key not in made:
+            if len(made) >= 4 * KEPT_SHAPES:  # an int anchor never changes in a cacheless loop
+                made.clear()
             made[key] = make()
         return made[key]  # type: ignore[return-value]
 
@@ -71,8 +73,8 @@ class _Memo(threading.local):
 _memo = _Memo()
 
 
-def _kept(table: OrderedDict[tuple, Any], key: tuple, make: Callable[[], T], size: int) -> T:
-    value: T | None = table.get(key)
+def _kept(table: OrderedDict[tuple, Any], key: tuple, make: Callable[[], R], size: int) -> R:
+    value: R | None = table.get(key)
     if value is None:
         value = table[key] = make()
         while len(table) > size:
@@ -94,7 +96,7 @@ class TableRoPE(nn.RoPE):
     """nn.RoPE whose cos/sin tables are made once per forward for every layer."""
 
     def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
-        if self.traditional or x.ndim != 4 or x.dtype != mx.float32:
+        if self.traditional or x.ndim != 4 or x.dtype != mx.float32 or not on_cpu():
             return super().__call__(x, offset)  # type: ignore[arg-type]
         B, N, T, _ = x.shape
         half = self.dims // 2
@@ -143,7 +145,7 @@ class ViewRMSNorm(nn.RMSNorm):
 
     def __call__(self, x: mx.array) -> mx.array:
         w = self["weight"]
-        if x.dtype != mx.float32 or w.dtype != mx.float32:
+        if x.dtype != mx.float32 or w.dtype != mx.float32 or not on_cpu():
             return super().__call__(x)
         inv_n, eps = _scalars(x.shape, self.eps)  # [..., 1] each
         weight = held_view(self, ("w", x.shape), w, lambda: mx.broadcast_to(w, x.shape))
@@ -170,9 +172,16 @@ ROUTES: dict[type, type] = {nn.RoPE: TableRoPE, nn.RMSNorm: ViewRMSNorm}
 
 
 def wanted() -> bool:
-    """The environment's 1/0 for ENV, else where MLX runs these fallbacks: the CPU."""
+    """Where MLX runs these fallbacks, the CPU, unless ENV is "0". Never on a GPU, whose
+    kernels round differently from the fallbacks these routes reproduce."""
     backend = Backend.current()
-    return backend.wants(ENV, default=backend.computes_in_launch)
+    return on_cpu() and backend.wants(ENV, default=backend.computes_in_launch)
+
+
+def on_cpu() -> bool:
+    """The routes' own guard at every call: a model routed while the default device was the
+    CPU keeps MLX's own ops if it later runs on a GPU."""
+    return mx.default_device() == mx.cpu
 
 
 def install(model: object) -> int:
@@ -203,6 +212,7 @@ def _attention_router(original: Callable[..., mx.array]) -> Callable[..., mx.arr
         owner = getattr(cache, "owner", None)
         if (
             getattr(owner, "cpu_attention", False)
+            and on_cpu()
             and sinks is None
             and not hasattr(cache, "bits")
             and isinstance(keys, mx.array)

@@ -257,6 +257,8 @@ class BatchCache:
         return int(self.lengths.shape[0])
 
     def _refresh(self) -> None:
+        # lengths_mx is replaced, never updated in place (no `+=` on it): RoPE tables are kept per
+        # forward by this object's identity (workers/cpu_ops.py), as are the window's arrays.
         self.lengths_mx = mx.array(self.lengths.astype(np.int32))
 
     def set_window_valid(self, valid: np.ndarray) -> None:

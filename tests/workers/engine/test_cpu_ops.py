@@ -13,6 +13,7 @@ import pytest
 
 from tests.tiny import reference_greedy, tiny_model
 from workers import Engine, SamplingParams, cpu_ops
+from workers.routes import as_mlx_lm_built, mlx_lm_classes
 from workers.row_linear import ViewEmbedding, ViewLinear
 
 
@@ -142,13 +143,12 @@ def test_engine_installs_them_on_the_cpu_and_decodes_like_mlx_lm():
     assert set(cpu_ops.ROUTES.values()) | {ViewLinear, ViewEmbedding} <= kinds
     import mlx_lm.models.qwen3 as family
 
-    assert engine.cache.cpu_attention and family.scaled_dot_product_attention._cpu_route
+    assert (
+        engine.cache.cpu_attention and "_cpu_route" in family.scaled_dot_product_attention._routes
+    )
     outs = engine.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
-    cpu_ops.remove(model)
-    for _, m in model.named_modules():
-        if type(m) in (ViewLinear, ViewEmbedding):
-            m.__class__ = m.__class__.__bases__[0]
-    assert not any(type(m) in cpu_ops.ROUTES.values() for _, m in model.named_modules())
+    with as_mlx_lm_built(model):  # reference_greedy undoes them too; checked here
+        assert not any(type(m) in mlx_lm_classes() for _, m in model.named_modules())
     for prompt, out in zip(prompts, outs):
         assert list(out.tokens) == reference_greedy(model, prompt, 12)[0]
 
@@ -178,3 +178,28 @@ def test_attention_equals_mlx_bit_for_bit(Hq, Hk, masked):
         mask[..., 0] = True
         want = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)
         assert mx.array_equal(cpu_ops.attention(q, k, v, D**-0.5, mask), want).item()
+
+
+def test_two_attention_routes_installed_in_turns_wrap_once_each():
+    """Engines re-install routes at every admission: the chain must not grow."""
+    import sys
+    import types
+
+    from workers.attention_route import route_attention
+
+    family = types.ModuleType("fake_family")
+    family.scaled_dot_product_attention = lambda *a, **k: "mlx-lm"  # type: ignore[attr-defined]
+    Attn = type("Attn", (), {"__module__": "fake_family"})
+    model = types.SimpleNamespace(layers=[types.SimpleNamespace(self_attn=Attn())])
+    sys.modules["fake_family"] = family
+    try:
+        for _ in range(5):
+            for marker in ("_cpu_route", "_ragged_route"):
+                route_attention(model, lambda original: lambda *a, **k: original(*a, **k), marker)
+        depth, fn = 0, family.scaled_dot_product_attention
+        while getattr(fn, "_routes", None):
+            depth += 1
+            fn = fn.__closure__[0].cell_contents  # the function it wraps
+        assert depth == 2 and fn() == "mlx-lm"
+    finally:
+        del sys.modules["fake_family"]

@@ -1,0 +1,41 @@
+"""The routes that re-class a model's modules, and the way back to the modules mlx-lm built.
+
+Engines install routes on the model they are given (workers/row_linear.py, skinny_linear.py,
+cpu_ops.py). A baseline or a reference decode that shares that model must run mlx-lm's own
+modules: `as_mlx_lm_built` undoes every route for its block and puts them back after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import mlx.nn as nn
+
+from workers import cpu_ops, row_linear, skinny_linear
+
+
+def mlx_lm_classes() -> dict[type, type]:
+    """Each route class -> the mlx class it stands in for."""
+    back: dict[type, type] = {
+        row_linear.RowLinear: nn.Linear,
+        skinny_linear.SkinnyLinear: nn.Linear,
+    }
+    for routes in (cpu_ops.ROUTES, row_linear.VIEW_ROUTES):
+        back.update({route: base for base, route in routes.items()})
+    return back
+
+
+@contextmanager
+def as_mlx_lm_built(model: object) -> Iterator[object]:
+    """`model` with every routed module re-classed to mlx-lm's class for the block."""
+    back = mlx_lm_classes()
+    routed = [m for _, m in model.named_modules() if type(m) in back]  # type: ignore[attr-defined]
+    classes = [type(m) for m in routed]
+    for m in routed:
+        m.__class__ = back[type(m)]
+    try:
+        yield model
+    finally:
+        for m, cls in zip(routed, classes):
+            m.__class__ = cls
