@@ -66,26 +66,25 @@ class RowLinear(ViewLinear):
 
     def weight_view(self) -> mx.array:
         """The [1, K, N] view of the weight that gather_mm reads, made once per weight rather
-        than as two view ops per call (a verify of a small model calls ~60 linears). It is held
-        on the module, outside its parameters, beside the weight it was made from: a replaced
-        weight (or a compile trace's stand-in) gets its own."""
-        w = self.weight
-        held = self.__dict__.get("_view")
-        if held is None or held[0] is not w:
-            held = (w, w.T[None])
-            object.__setattr__(self, "_view", held)  # not a parameter: bypass Module's setattr
-        return held[1]
+        than as two view ops per call (a verify of a small model calls ~60 linears)."""
+        w = self["weight"]
+        return held_view(self, "rows", w, lambda: w.T[None])
 
     def lend_view(self, view: mx.array | None) -> tuple | None:
         """Make `view` the one read for the current weight (a compiled step lends its traced
         weights the views it gets as inputs, so the trace holds no view ops); returns what was
         held, for `restore_view` to put back."""
-        held = self.__dict__.get("_view")
-        object.__setattr__(self, "_view", None if view is None else (self.weight, view))
-        return held
+        held = _held(self)
+        old = held.pop("rows", None)
+        if view is not None:
+            held["rows"] = (self.weight, view)
+        return old
 
-    def restore_view(self, held: tuple | None) -> None:
-        object.__setattr__(self, "_view", held)
+    def restore_view(self, old: tuple | None) -> None:
+        held = _held(self)
+        held.pop("rows", None)
+        if old is not None:
+            held["rows"] = old
 
 
 def serves(module: object) -> bool:
@@ -130,10 +129,7 @@ def held_view(
     """`make()`, a view of `source` (a module's weight), made once and held on the module outside
     its parameters: later calls reuse it, evaluated, so it costs no graph node. A replaced
     weight (or a compile trace's stand-in) gets its own; at most `keep` keys are held."""
-    held = module.__dict__.get("_held")
-    if held is None:
-        held = {}
-        object.__setattr__(module, "_held", held)  # not a parameter: bypass Module's setattr
+    held = _held(module)
     entry = held.get(key)
     if entry is None or entry[0] is not source:
         if len(held) >= keep:
@@ -146,6 +142,15 @@ def remove_views(model: object) -> None:
     """Undo `install_views` (benchmarks compare both in one process)."""
     for base, route in VIEW_ROUTES.items():
         reclass(model, lambda m, r=route: type(m) is r, base)  # type: ignore[misc]
+
+
+def _held(module: object) -> dict:
+    """The module's held views, key -> (source, view), kept outside its parameters."""
+    held = module.__dict__.get("_held")
+    if held is None:
+        held = {}
+        object.__setattr__(module, "_held", held)  # not a parameter: bypass Module's setattr
+    return held
 
 
 def reclass(model: object, takes: Callable[[object], bool], cls: type) -> int:
