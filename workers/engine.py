@@ -101,6 +101,19 @@ class Engine:
         self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
             drafter, model, self.config, backend
         )
+        self.drafter_off = ""  # why a drafter given was set aside, if it was
+        policy = self.depth_policy
+        if policy is not None and policy.hopeless:
+            # A draft forward costs at least `hopeless_ratio` target forwards: drafting can never
+            # pay, so the engine runs as a plain one, without the drafter's and the policy's host
+            # work per round and per join (B=1 on the 2-core CPU: ~0.96x plain with them).
+            name = getattr(drafter, "name", type(drafter).__name__)
+            self.drafter_off = (
+                f"{name}: one draft forward costs {policy.draft_cost_ratio:.2f} target forwards"
+            )
+            drafter = self.drafter = None
+            self._needs_hidden = self._post_norm = False
+            self.depth_policy = None
         # Only where a depth policy reads each round's time, and only when a round's shape
         # changes (pipeline.settle_before): each wait costs the overlap of building a round with
         # the last one's tail (6% of a plain engine at B=1 on the CPU).
