@@ -228,6 +228,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
+    if args.ab_views:
+        os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:
         os.environ[skinny_linear.ENV] = "1"  # engines install it; the off side removes it
 

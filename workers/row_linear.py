@@ -12,11 +12,12 @@ weights (read from L2) and few rows take this route (bench/row_matmul.py measure
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+
+from workers.backend import Backend
 
 ROWS_MAX = 32  # rows (tokens in the forward) up to which a layer runs as per-row gemvs
 WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take the route
@@ -29,8 +30,8 @@ _indices: dict[int, tuple[mx.array, mx.array]] = {}  # M -> (arange(M), zeros(M)
 
 class ViewLinear(nn.Linear):
     """nn.Linear reading a transposed view of its weight made once, not per call: `x @ w.T`
-    adds a Transpose node to every call's graph, which every backend's host pays for (a
-    6.6B Qwen3 step calls 224 linears). The same matmul of the same view: the same numbers."""
+    adds a Transpose node to every call's graph, a dispatch on the CPU (the default model's
+    step calls 71 linears). The same matmul of the same view: the same numbers."""
 
     def __call__(self, x: mx.array) -> mx.array:
         w = self["weight"]
@@ -105,17 +106,30 @@ def install(model: object) -> int:
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
-    reclass(model, lambda m: type(m) is RowLinear, ViewLinear)
+    reclass(model, lambda m: type(m) is RowLinear, engine_linear())
 
 
 VIEW_ROUTES: dict[type, type] = {nn.Linear: ViewLinear, nn.Embedding: ViewEmbedding}
-VIEW_ENV = "SPECFLEET_VIEW_LINEAR"  # "0": keep mlx-lm's linears (benchmarks' off side)
+# "1" / "0": give linears their held views or not (unset: on the CPU, where each graph node is a
+# dispatch measured at 2-4 us; on an H200 ten-pass A/Bs of the 6.6B model could not separate
+# the views from the card's spread: plain 1.00-1.25x, pipelined forced rounds 0.76-0.97x).
+VIEW_ENV = "SPECFLEET_VIEW_LINEAR"
+
+
+def views_wanted() -> bool:
+    backend = Backend.current()
+    return backend.wants(VIEW_ENV, default=backend.computes_in_launch)
+
+
+def engine_linear() -> type:
+    """The class an engine gives a plain linear: what a route's `remove` gives back."""
+    return ViewLinear if views_wanted() else nn.Linear
 
 
 def install_views(model: object) -> int:
     """Give `model`'s remaining plain linear layers (and a tied lm_head's embedding) their held
-    transposed view (on every backend unless VIEW_ENV is "0")."""
-    if os.environ.get(VIEW_ENV) == "0":
+    transposed view (where VIEW_ENV says; Backend.wants)."""
+    if not views_wanted():
         return 0
     changed = 0
     for base, route in VIEW_ROUTES.items():

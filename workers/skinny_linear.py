@@ -189,4 +189,4 @@ def install(model: object) -> int:
 
 def remove(model: object) -> None:
     """Undo `install` (benchmarks compare both routes in one process)."""
-    row_linear.reclass(model, lambda m: type(m) is SkinnyLinear, row_linear.ViewLinear)
+    row_linear.reclass(model, lambda m: type(m) is SkinnyLinear, row_linear.engine_linear())
