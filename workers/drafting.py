@@ -10,10 +10,11 @@ with every 8th round at 2 (no policy) ran at 0.39-0.89x of depth 3 throughout.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from workers import cpu_ops, row_linear
+from workers import routes
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
@@ -24,11 +25,21 @@ from workers.sampling.round import RoundSampling
 from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
 
 
+@dataclass
+class Attached:
+    """A drafter set up for an engine (or set aside: `drafter` None and `off` saying why)."""
+
+    drafter: Drafter | None
+    needs_hidden: bool  # the drafter reads the target's hidden states
+    post_norm: bool  # ... after the target's final norm
+    policy: DepthPolicy | None
+    off: str = ""
+
+
 def attach_drafter(
     drafter: Drafter | None, model: object, config: EngineConfig, backend: Backend
-) -> tuple[bool, bool, DepthPolicy | None]:
-    """Set the drafter up for this engine: (needs the target's hidden, hands it post-norm,
-    the depth policy or None)."""
+) -> Attached:
+    """Set the drafter up for this engine: its routes, the hidden it reads, its depth policy."""
     needs_hidden = bool(getattr(drafter, "needs_target_hidden", False))
     # Hand an MTP head the hidden it reads; post-norm is the lm_head's input, free to return.
     post_norm = needs_hidden and getattr(drafter, "hidden_norm", "") == "post_norm"
@@ -36,24 +47,27 @@ def attach_drafter(
         drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
-    head = getattr(drafter, "head", None)  # the MTP head's layer (the target's are routed already)
-    if head is not None and backend.wants(row_linear.ENV):
-        row_linear.install(head)  # before compile_steps: a trace's key names the classes
-    for own in (head, getattr(drafter, "model", None)):  # an MTP head, a draft model
-        if own is not None:
-            row_linear.install_views(own)
-            if cpu_ops.wanted():
-                cpu_ops.install(own)
+    for own in (getattr(drafter, "head", None), getattr(drafter, "model", None)):
+        if own is not None:  # an MTP head's layer, a draft model (the target's are routed)
+            routes.install(own, backend)  # before compile_steps: a trace's key names classes
     if backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps"):
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
-        return needs_hidden, post_norm, None
+        return Attached(drafter, needs_hidden, post_norm, None)
     policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:
         # A draft model clearly slower than the target can never pay: no probing needed.
         policy.draft_cost_ratio = cost_ratio(model)
-    return needs_hidden, post_norm, policy
+    if policy.hopeless:
+        # A draft forward costs at least `hopeless_ratio` target forwards: drafting can never
+        # pay, so the engine runs as a plain one, without the drafter's and the policy's host
+        # work per round and per join (B=1 on the 2-core CPU: 0.965x plain with them, 1.011x
+        # without, 8 alternating pairs).
+        name = getattr(drafter, "name", type(drafter).__name__)
+        why = f"{name}: one draft forward costs {policy.draft_cost_ratio:.2f} target forwards"
+        return Attached(None, False, False, None, why)
+    return Attached(drafter, needs_hidden, post_norm, policy)
 
 
 def propose_round(

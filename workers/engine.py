@@ -24,7 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from workers import cpu_ops, row_linear, skinny_linear
+from workers import routes
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
@@ -91,29 +91,12 @@ class Engine:
         )
         backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
         self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
-        if backend.wants(row_linear.ENV):  # few-row linears as gemvs (MLX CUDA)
-            row_linear.install(model)
-        if skinny_linear.wanted():  # opt-in: 2-8 row linears on mid-size weights (MLX CUDA)
-            skinny_linear.install(model)
-        row_linear.install_views(model)  # every other linear: its transpose made once
-        if cpu_ops.wanted():
-            cpu_ops.install(model)  # fewer graph nodes per forward on the CPU, same numbers
-        self._needs_hidden, self._post_norm, self.depth_policy = attach_drafter(
-            drafter, model, self.config, backend
-        )
-        self.drafter_off = ""  # why a drafter given was set aside, if it was
-        policy = self.depth_policy
-        if policy is not None and policy.hopeless:
-            # A draft forward costs at least `hopeless_ratio` target forwards: drafting can never
-            # pay, so the engine runs as a plain one, without the drafter's and the policy's host
-            # work per round and per join (B=1 on the 2-core CPU: ~0.96x plain with them).
-            name = getattr(drafter, "name", type(drafter).__name__)
-            self.drafter_off = (
-                f"{name}: one draft forward costs {policy.draft_cost_ratio:.2f} target forwards"
-            )
-            drafter = self.drafter = None
-            self._needs_hidden = self._post_norm = False
-            self.depth_policy = None
+        routes.install(model, backend)  # fewer launches / graph nodes per forward, same numbers
+        # A drafter that can never pay is set aside (drafter_off says why): the engine runs plain.
+        attached = attach_drafter(drafter, model, self.config, backend)
+        drafter = self.drafter = attached.drafter
+        self._needs_hidden, self._post_norm = attached.needs_hidden, attached.post_norm
+        self.depth_policy, self.drafter_off = attached.policy, attached.off
         # Only where a depth policy reads each round's time, and only when a round's shape
         # changes (pipeline.settle_before): each wait costs the overlap of building a round with
         # the last one's tail (6% of a plain engine at B=1 on the CPU).

@@ -1,4 +1,5 @@
-"""The routes that re-class a model's modules, and the way back to the modules mlx-lm built.
+"""The routes that re-class a model's modules: installed in one place, and the way back to the
+modules mlx-lm built.
 
 Engines install routes on the model they are given (workers/row_linear.py, skinny_linear.py,
 cpu_ops.py). A baseline or a reference decode that shares that model must run mlx-lm's own
@@ -13,6 +14,20 @@ from contextlib import contextmanager
 import mlx.nn as nn
 
 from workers import cpu_ops, row_linear, skinny_linear
+from workers.backend import Backend
+
+
+def install(model: object, backend: Backend) -> None:
+    """The engine's routes on `model` (a target, an MTP head, a draft model), in the order their
+    predicates need: few-row linears as gemvs (MLX CUDA), the opt-in skinny kernel, held weight
+    views for every other linear, then the CPU's fewer-node RoPE and RMSNorm."""
+    if backend.wants(row_linear.ENV):
+        row_linear.install(model)
+    if skinny_linear.wanted():
+        skinny_linear.install(model)
+    row_linear.install_views(model)
+    if cpu_ops.wanted():
+        cpu_ops.install(model)
 
 
 def mlx_lm_classes() -> dict[type, type]:
