@@ -146,8 +146,10 @@ def held_view(
     held = _held(module)
     entry = held.get(key)
     if entry is None or entry[0] is not source:
-        if len(held) >= keep:
-            del held[next(iter(held))]  # the oldest
+        # Each dict call below is one atomic step under the GIL, so two threads on one module
+        # at worst both make a view, never fail on a key the other already dropped.
+        for oldest in list(held)[: max(0, len(held) - keep + 1)]:
+            held.pop(oldest, None)
         entry = held[key] = (source, make())
     return entry[1]
 
@@ -160,11 +162,9 @@ def remove_views(model: object) -> None:
 
 def _held(module: object) -> dict:
     """The module's held views, key -> (source, view), kept outside its parameters."""
-    held = module.__dict__.get("_held")
-    if held is None:
-        held = {}
-        object.__setattr__(module, "_held", held)  # not a parameter: bypass Module's setattr
-    return held
+    # Not a parameter: straight into the instance dict, past Module's setattr (setdefault: one
+    # atomic step, so two threads never hold different dicts).
+    return module.__dict__.setdefault("_held", {})
 
 
 def reclass(model: object, takes: Callable[[object], bool], cls: type) -> int:

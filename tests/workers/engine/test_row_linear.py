@@ -67,3 +67,48 @@ def test_the_weights_view_is_made_once_and_follows_a_replaced_weight():
     layer.update({"weight": new_weight})
     assert mx.allclose(layer(x), x @ new_weight.T, atol=1e-5).item()
     assert not mx.allclose(layer(x), first, atol=1e-3).item()
+
+
+def test_held_views_stay_bounded_and_threads_share_one_module():
+    """At most `keep` views are held per module (the oldest goes first), and threads making
+    views of one module at once each get their own key's view, with no error."""
+    import threading
+
+    module = nn.Linear(8, 8, bias=False)
+    sources = [mx.full((4, 4), float(i)) for i in range(12)]
+    mx.eval(sources)  # a thread can evaluate only graphs built on its own stream
+
+    def make(s: mx.array) -> mx.array:
+        view = s.T
+        mx.eval(view)  # evaluated where it is made (as the engine's views are)
+        return view
+
+    for i, s in enumerate(sources):
+        row_linear.held_view(module, i, s, lambda s=s: make(s), keep=3)
+    assert list(module.__dict__["_held"]) == [9, 10, 11]
+    errors: list[BaseException] = []
+
+    def hammer(seed: int) -> None:
+        try:
+            for step in range(300):
+                key = (seed, step % 5)
+                s = sources[(seed + step) % len(sources)]
+                view = row_linear.held_view(module, key, s, lambda s=s: make(s), keep=2)
+                assert view.shape == (4, 4) and view[0, 0].item() == s[0, 0].item()
+        except BaseException as e:  # noqa: BLE001 - reported in the main thread
+            errors.append(e)
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    threads = [threading.Thread(target=hammer, args=(t,)) for t in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert len(module.__dict__["_held"]) <= 2 + len(threads)  # each thread adds at most one past
