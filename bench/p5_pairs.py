@@ -99,14 +99,20 @@ def main() -> None:
     ap.add_argument("--ab-rows-max", type=int,
                     help="each pair twice, the per-row gemv route up to its ROWS_MAX rows then up "
                     "to this many (off / on in the output)")  # fmt: skip
+    ap.add_argument("--adaptive", action="store_true",
+                    help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
+                    "depth timed at startup (both engines warm up)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    served = {"adaptive_depth": True, "warm_up": True} if args.adaptive else {}
     prompts = heldout_prompts(args.model_dir, args.prompts)
     sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
-        plain = Engine.load(args.model_dir, max_batch_size=B)
-        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth)
+        plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
+        mtp = Engine.load(
+            args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth, **served
+        )
         for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
             engine.generate(prompts, [sp] * len(prompts))
         if args.ab_row_linear or args.ab_rows_max:
@@ -137,6 +143,7 @@ def main() -> None:
             "label": args.label, "model_dir": str(args.model_dir),
             "device": str(mx.default_device()), "mlx": mx.__version__,
             "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
+            "adaptive": args.adaptive,
             "batch": rows}, indent=1))  # fmt: skip
 
 
