@@ -85,17 +85,6 @@ class DepthPolicy:
     # below it, the warm-up's probe decides.
     draft_cost_ratio: float | None = None
     hopeless_ratio: float = 1.5
-    # A round dearer than `one_off_factor` times the most a depth-k round can cost (a verify of
-    # k + 1 tokens, at most k + 1 plain rounds, and k draft steps, each under hopeless_ratio of
-    # one) paid a one-time cost, not its shape's: MLX CUDA compiling kernels and head traces for
-    # a new span takes seconds (H200, trained hybrid, B=1: the probe's two depth-3 rounds took
-    # 1.7 and 2.4 s against 2.5 ms plain rounds, and the policy then never drafted where depth
-    # 3 ran 1.41x plain). Such rounds set no cost; their shape is measured again, at most
-    # `one_off_max` times per shape, after which its rounds count as they come. 0 (the default,
-    # where nothing compiles per shape): every round counts, so a drafter that is simply slow
-    # (no cost ratio known up front) is not probed again.
-    one_off_factor: float = 8.0
-    one_off_max: int = 0
     # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
     # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
     min_evidence: int = 16
@@ -126,7 +115,6 @@ class DepthPolicy:
     _explored_at: int = -1  # round whose exploration cost is already counted
     _warm: dict = field(default_factory=dict)  # (B, k) -> the warm-up's median seconds
     _warm_error: dict = field(default_factory=dict)  # (B, k) -> that median's relative error
-    _one_offs: dict = field(default_factory=dict)  # (B, k) -> rounds set aside as one-offs
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -147,12 +135,6 @@ class DepthPolicy:
         self._rounds += 1
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
-        self._count_acceptance(draft_counts, num_accepted)
-        if self._one_off(B, k, step_time_s):
-            self._one_offs[(B, k)] = self._one_offs.get((B, k), 0) + 1
-            self._seen.add((B, k))  # it paid the shape's one-time costs
-            self._last_k = k
-            return
         if k != self._last_k and self._last_k >= 0 and self._count.get((B, k), 0) >= 2:
             typical = [t for b, j, t in self._rows if (b, j) == (B, k)]
             if typical:
@@ -169,8 +151,6 @@ class DepthPolicy:
             self._seen.add((B, k))
         while len(self._rows) > self.window:
             self._rows.popleft()
-
-    def _count_acceptance(self, draft_counts: np.ndarray, num_accepted: np.ndarray) -> None:
         # Position j was tried by rows that drafted more than j tokens and had the j before it
         # accepted; it was accepted by rows whose run reached past it.
         j = np.arange(self.max_depth)[None, :]  # [1, D]
@@ -178,17 +158,6 @@ class DepthPolicy:
         acc = num_accepted[:, None]  # [B, 1]
         self._tried = self._tried * self.decay + ((j < counts) & (j <= acc)).sum(0)
         self._hit = self._hit * self.decay + (j < acc).sum(0)
-
-    def _one_off(self, batch_size: int, k: int, step_time_s: float) -> bool:
-        """Whether this round paid a one-time cost far beyond any round of its depth (see
-        `one_off_factor`), judged against plain rounds measured at this batch size."""
-        if self._one_offs.get((batch_size, k), 0) >= self.one_off_max:
-            return False  # (first: the CPU's policy, one_off_max 0, scans no rows per round)
-        plain = [t for b, j, t in self._rows if b == batch_size and j == 0]
-        if not plain:
-            return False
-        most = float(np.median(plain)) * (1 + k + self.hopeless_ratio * k)
-        return step_time_s > self.one_off_factor * most
 
     def acceptance(self) -> np.ndarray:
         """[max_depth] conditional acceptance per draft position (0.5 before any evidence)."""

@@ -54,11 +54,7 @@ def attach_drafter(
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return Attached(drafter, needs_hidden, post_norm, None)
-    policy = DepthPolicy(
-        config.draft_depth,
-        extremes_only=backend.builds_per_shape,
-        one_off_max=3 if backend.builds_per_shape else 0,  # compiles per span: seconds
-    )
+    policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:
         # A draft model clearly slower than the target can never pay: no probing needed.
