@@ -225,6 +225,7 @@ def main() -> None:
            "sharing the cores; GPU runs on one NVIDIA H200 with MLX's CUDA build (mlx-cuda-13 "
            "0.32.4). Ratios compare runs made in the same process on the same prompts.",
            ""]  # fmt: skip
+    out += section("report_targets", "targets_section")()
     cpu = load("engine_cpu.json")
     out += ["## Engine on CPU (embedded default model)", ""]
     out += engine_section(cpu, "CPU", "engine_cpu") if cpu else ["(not run)", ""]
