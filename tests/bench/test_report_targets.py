@@ -1,0 +1,49 @@
+"""bench/report_targets.py: each target's status follows the numbers it reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import bench.report_targets as rt
+
+
+def _write(root: Path, rel: str, data: dict) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(json.dumps(data))
+
+
+def _gpu(plain: list[float], eff: list[float]) -> dict:
+    rows = {
+        b: {"plain_over_batch_generator": p, "efficiency": e}
+        for b, p, e in zip(("1", "8", "32"), plain, eff)
+    }
+    return {"models": {"6b": {"rows": rows}}}
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(rt, "RESULTS", tmp_path)
+    return tmp_path
+
+
+def test_statuses_follow_the_numbers(results: Path) -> None:
+    _write(results, "s29/gpu_6b_final.json", _gpu([1.2, 0.9, 1.1], [0.95, 0.91, 0.74]))
+    _write(results, "s29/p5_final.json", {"batch": {"1": {"mtp_over_plain_median": 1.6}}})
+    lines = rt.targets_section()
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| P")}
+    assert set(rows) == {"P1", "P2", "P3", "P4", "P5"}
+    assert rows["P1"].endswith("| missed in 1 of 3 (below 1.0) |"), rows["P1"]
+    assert "B ≤ 8: met; B = 32: missed in 1 of 1 (below 0.75)" in rows["P2"], rows["P2"]
+    assert rows["P5"].endswith("| met |") and "1.60" in rows["P5"]
+    assert rows["P4"].endswith("| not measured |")  # no engine_cpu.json here
+
+
+def test_a_target_every_result_clears_is_met(results: Path) -> None:
+    _write(results, "s29/gpu_6b_final.json", _gpu([1.0, 1.3, 1.1], [0.9, 0.95, 0.8]))
+    lines = rt.targets_section()
+    p1 = next(line for line in lines if line.startswith("| P1"))
+    p2 = next(line for line in lines if line.startswith("| P2"))
+    assert p1.endswith("| met |") and "B ≤ 8: met; B = 32: met" in p2
