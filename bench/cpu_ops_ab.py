@@ -22,11 +22,12 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from bench.engine import as_mlx_lm_built, prompts_for, run_batch_generator, run_engine
+from bench.engine import prompts_for, run_batch_generator, run_engine
 from workers import cpu_ops, row_linear
 from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
 from workers.loading import upcast_on_cpu
+from workers.routes import as_mlx_lm_built
 
 
 @contextmanager

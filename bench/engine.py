@@ -25,7 +25,7 @@ from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
 from workers.loading import upcast_on_cpu
 from workers.mtp.loader import has_mtp
-from workers.routes import as_mlx_lm_built  # noqa: F401 (bench scripts import it from here)
+from workers.routes import as_mlx_lm_built
 
 
 def real_checkpoint() -> Path:

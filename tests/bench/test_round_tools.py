@@ -74,11 +74,12 @@ def test_force_prefill_cut_reaches_every_prefill_the_engine_starts(monkeypatch):
 
 
 def test_baseline_runs_on_the_linears_mlx_lm_built():
-    """bench.engine.as_mlx_lm_built undoes the engine's routes for a baseline, then restores."""
+    """workers.routes.as_mlx_lm_built (bench.engine's baselines run in it) undoes the engine's
+    routes for a baseline, then restores."""
     import mlx.nn as nn
 
-    from bench.engine import as_mlx_lm_built
     from workers import cpu_ops, row_linear
+    from workers.routes import as_mlx_lm_built
 
     small, other = nn.Linear(64, 96, bias=False), nn.Linear(64, 96, bias=False)
     biased, norm = nn.Linear(64, 96), nn.RMSNorm(96)
