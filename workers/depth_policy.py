@@ -45,9 +45,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from workers.drain import DrainingRows, accept_scale, drain_seconds, rows_expected_tokens
 
 LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
 
@@ -85,6 +87,17 @@ class DepthPolicy:
     # below it, the warm-up's probe decides.
     draft_cost_ratio: float | None = None
     hopeless_ratio: float = 1.5
+    # A round dearer than `one_off_factor` times the most a depth-k round can cost (a verify of
+    # k + 1 tokens, at most k + 1 plain rounds, and k draft steps, each under hopeless_ratio of
+    # one) paid a one-time cost, not its shape's: MLX CUDA compiling kernels and head traces for
+    # a new span takes seconds (H200, trained hybrid, B=1: the probe's two depth-3 rounds took
+    # 1.7 and 2.4 s against 2.5 ms plain rounds, and the policy then never drafted where depth
+    # 3 ran 1.41x plain). Such rounds set no cost; their shape is measured again, at most
+    # `one_off_max` times per shape, after which its rounds count as they come. 0 (the default,
+    # where nothing compiles per shape): every round counts, so a drafter that is simply slow
+    # (no cost ratio known up front) is not probed again.
+    one_off_factor: float = 8.0
+    one_off_max: int = 0
     # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
     # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
     min_evidence: int = 16
@@ -92,6 +105,17 @@ class DepthPolicy:
     # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
     # draft less: only 0 and max are probed, explored and chosen.
     extremes_only: bool = False
+    # Rounds a depth is held when probed or explored. Above 1 (MLX CUDA), a run's first round
+    # carries the switch (the other depth's pipelined tail, a graph rebuild) and sets no cost:
+    # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
+    # where depth 3 held costs 4.6 ms against 2.5 ms plain, so drafting was never chosen.
+    run: int = 1
+    # The running rows when no request waits to join them (the engine sets it before choosing;
+    # None: requests wait, slots refill). Then the depth that finishes the rows soonest is
+    # chosen (workers/drain.py), each row's acceptance shrunk to the batch's by `drain_prior`
+    # draft tokens.
+    drain: DrainingRows | None = None
+    drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
     forced: int | None = None
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
@@ -100,6 +124,8 @@ class DepthPolicy:
     _tried: np.ndarray = field(init=False)  # [max_depth] decayed rows that reached position j
     _hit: np.ndarray = field(init=False)  # [max_depth] decayed rows accepted at position j
     _rounds: int = 0
+    _drafted: float = 0.0  # decayed draft tokens proposed, all rows (a draining row's reference)
+    _accepted: float = 0.0  # ... and accepted
     _first: dict = field(default_factory=dict)  # (B, k) -> fastest round seen (first included)
     _count: dict = field(default_factory=dict)  # (B, k) -> rounds seen
     _worst: dict = field(default_factory=dict)  # (B, k) -> slowest round seen
@@ -112,9 +138,10 @@ class DepthPolicy:
     _switch: deque = field(default_factory=lambda: deque(maxlen=16))
     # Seconds a shape's first round cost over its second (a graph build on MLX CUDA).
     _build: deque = field(default_factory=lambda: deque(maxlen=16))
-    _explored_at: int = -1  # round whose exploration cost is already counted
+    _explore_block: tuple = (-1, False)  # (explore_every block, its run approved)
     _warm: dict = field(default_factory=dict)  # (B, k) -> the warm-up's median seconds
     _warm_error: dict = field(default_factory=dict)  # (B, k) -> that median's relative error
+    _one_offs: dict = field(default_factory=dict)  # (B, k) -> rounds set aside as one-offs
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -135,11 +162,21 @@ class DepthPolicy:
         self._rounds += 1
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
-        if k != self._last_k and self._last_k >= 0 and self._count.get((B, k), 0) >= 2:
+        self._count_acceptance(draft_counts, num_accepted)
+        if self._one_off(B, k, step_time_s):
+            self._one_offs[(B, k)] = self._one_offs.get((B, k), 0) + 1
+            self._seen.add((B, k))  # it paid the shape's one-time costs
+            self._last_k = k
+            return
+        switched = k != self._last_k and self._last_k >= 0
+        if switched and self._count.get((B, k), 0) >= 2:
             typical = [t for b, j, t in self._rows if (b, j) == (B, k)]
             if typical:
                 self._switch.append(max(0.0, step_time_s - float(np.median(typical))))
         self._last_k = k
+        if switched and self.run > 1 and (B, k) in self._seen:
+            self._count[(B, k)] = self._count.get((B, k), 0) + 1
+            return  # it carries the switch (see `run`): measured as one, not as the depth
         self._first[(B, k)] = min(step_time_s, self._first.get((B, k), float("inf")))
         self._count[(B, k)] = self._count.get((B, k), 0) + 1
         self._worst[(B, k)] = max(step_time_s, self._worst.get((B, k), 0.0))
@@ -151,6 +188,8 @@ class DepthPolicy:
             self._seen.add((B, k))
         while len(self._rows) > self.window:
             self._rows.popleft()
+
+    def _count_acceptance(self, draft_counts: np.ndarray, num_accepted: np.ndarray) -> None:
         # Position j was tried by rows that drafted more than j tokens and had the j before it
         # accepted; it was accepted by rows whose run reached past it.
         j = np.arange(self.max_depth)[None, :]  # [1, D]
@@ -158,6 +197,19 @@ class DepthPolicy:
         acc = num_accepted[:, None]  # [B, 1]
         self._tried = self._tried * self.decay + ((j < counts) & (j <= acc)).sum(0)
         self._hit = self._hit * self.decay + (j < acc).sum(0)
+        self._drafted = self._drafted * self.decay + float(draft_counts.sum())
+        self._accepted = self._accepted * self.decay + float(num_accepted.sum())
+
+    def _one_off(self, batch_size: int, k: int, step_time_s: float) -> bool:
+        """Whether this round paid a one-time cost far beyond any round of its depth (see
+        `one_off_factor`), judged against plain rounds measured at this batch size."""
+        if self._one_offs.get((batch_size, k), 0) >= self.one_off_max:
+            return False  # (first: the CPU's policy, one_off_max 0, scans no rows per round)
+        plain = [t for b, j, t in self._rows if b == batch_size and j == 0]
+        if not plain:
+            return False
+        most = float(np.median(plain)) * (1 + k + self.hopeless_ratio * k)
+        return step_time_s > self.one_off_factor * most
 
     def acceptance(self) -> np.ndarray:
         """[max_depth] conditional acceptance per draft position (0.5 before any evidence)."""
@@ -175,28 +227,35 @@ class DepthPolicy:
         A shape measured at least once (its first round aside) costs its median; the others
         come from one least-squares fit over those medians, made once for all depths.
         """
+        return self._round_costs_for([batch_size])[0]
+
+    def _round_costs_for(self, sizes: Sequence[int]) -> np.ndarray:
+        """[len(sizes), max_depth + 1] `round_costs` of each batch size, from one fit."""
         cells = self._cells()  # {(B, k): median seconds}: robust to one-off spikes
         depths = np.arange(self.max_depth + 1, dtype=np.float64)
         if not cells:
-            return np.zeros(len(depths))
+            return np.zeros((len(sizes), len(depths)))
         keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
         coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
-        fitted = np.maximum(0.0, _features(np.full_like(depths, batch_size), depths) @ coef)
-        costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(self.max_depth + 1)])
-        # A shape seen only once (its first round) costs that round's time. An unseen depth is
-        # never cheaper than the deepest seen depth m below it plus m's own last step for every
-        # step beyond m (extrapolation cannot pick a depth it has never timed).
-        floor, step, last = 0.0, 0.0, -1
-        for k in range(self.max_depth + 1):
-            if (batch_size, k) not in cells and (batch_size, k) in self._first:
-                costs[k] = self._first[(batch_size, k)]
-            if (batch_size, k) in cells or (batch_size, k) in self._first:
-                if last == k - 1 and k > 0:
-                    step = max(0.0, costs[k] - costs[k - 1])
-                floor, last = max(floor, costs[k]), k
-            else:
-                costs[k] = max(costs[k], floor + step * (k - last))
-        return costs
+        out = np.empty((len(sizes), len(depths)))
+        for i, batch_size in enumerate(sizes):
+            fitted = np.maximum(0.0, _features(np.full_like(depths, batch_size), depths) @ coef)
+            costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(len(depths))])
+            # A shape seen only once (its first round) costs that round's time. An unseen depth
+            # is never cheaper than the deepest seen depth m below it plus m's own last step
+            # for every step beyond m (extrapolation cannot pick a depth it has never timed).
+            floor, step, last = 0.0, 0.0, -1
+            for k in range(len(depths)):
+                if (batch_size, k) not in cells and (batch_size, k) in self._first:
+                    costs[k] = self._first[(batch_size, k)]
+                if (batch_size, k) in cells or (batch_size, k) in self._first:
+                    if last == k - 1 and k > 0:
+                        step = max(0.0, costs[k] - costs[k - 1])
+                    floor, last = max(floor, costs[k]), k
+                else:
+                    costs[k] = max(costs[k], floor + step * (k - last))
+            out[i] = costs
+        return out
 
     def _cells(self) -> dict[tuple[int, int], float]:
         """Live cost medians, and the warm-up's where a shape has run live fewer than
@@ -235,23 +294,57 @@ class DepthPolicy:
         k = self._probe(batch_size)
         if k is not None:
             return k
-        if self.explore_every and self._rounds % self.explore_every == self.explore_every - 1:
-            # Every depth in turn, each every (max_depth + 1) * explore_every rounds; with
-            # extremes_only the depths between are skipped, not replaced, so plain decoding
-            # (a graph switch there) is explored no more often than with every depth.
-            k = (self._rounds // self.explore_every) % (self.max_depth + 1)
-            if k in self.depths() and (
-                self._explored_at == self._rounds or self._may_explore(batch_size, k)
-            ):
-                return k
+        run = min(self.run, self.explore_every)
+        if self.explore_every and self._rounds % self.explore_every >= self.explore_every - run:
+            # Every depth in turn, each every (max_depth + 1) * explore_every rounds, for `run`
+            # rounds; with extremes_only the depths between are skipped, not replaced, so plain
+            # decoding (a graph switch there) is explored no more often than with every depth.
+            block = self._rounds // self.explore_every
+            k = block % (self.max_depth + 1)
+            if k in self.depths():
+                if self._explore_block[0] != block:  # the run's first round: may it run?
+                    self._explore_block = (block, self._may_explore(batch_size, k, run))
+                if self._explore_block[1]:
+                    return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        rates = self._rates(batch_size, switching_from=depth)
-        best = max(self.depths(), key=lambda j: rates[j])
-        if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
-            best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
+        drain = (
+            self.drain
+            if self.drain is not None and len(self.drain.remaining) == batch_size
+            else None
+        )
+        if drain is not None:
+            best = self._drain_choice(drain, switching_from=depth)
+        else:
+            rates = self._rates(batch_size, switching_from=depth)
+            best = max(self.depths(), key=lambda j: rates[j])
+            if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
+                best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
+        return best
+
+    def deciding(self, batch_size: int) -> bool:
+        """Whether `choose(batch_size)` may weigh the depths afresh this round (else it reuses
+        a recent choice): only then is a draining batch's view worth building."""
+        at = self._chosen.get(batch_size, (-self.refresh_every, 0))[0]
+        return self._rounds - at >= self.refresh_every
+
+    def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
+        """The depth that finishes a draining batch's rows soonest (workers/drain.py), charged
+        what taking it costs once (as `_rates`); drafting must still clear `_margin`."""
+        B = len(drain.remaining)
+        costs = self._round_costs_for(range(B + 1))  # [B + 1, D + 1]: row 0 unused
+        reference = self._accepted / self._drafted if self._drafted > 0 else 0.0
+        c = self.acceptance()
+        scale = accept_scale(drain.drafted, drain.accepted, self.drain_prior, reference)
+        seconds = {}
+        for k in self.depths():
+            rounds = drain.remaining / rows_expected_tokens(c, scale, k)
+            seconds[k] = drain_seconds(rounds, costs[:, k]) + self._once(B, k, switching_from)
+        best = min(seconds, key=lambda j: seconds[j])
+        if seconds[best] * (1 + self._margin(B, best)) > seconds[0]:
+            return 0
         return best
 
     @property
@@ -279,6 +372,15 @@ class DepthPolicy:
         self._switch.clear()  # interleaved rounds, each a switch: live switches measure it
         self._time_total = self._explore_loss = 0.0
         self._last_k = -1
+
+    def forget(self) -> None:
+        """Back to what the policy knew when made (rounds run only to build shapes teach
+        nothing): its settings stay, everything measured goes."""
+        settings = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name[0] != "_"
+        }
+        settings.update(forced=None, drain=None)
+        self.__dict__.update(type(self)(**settings).__dict__)
 
     def settled_plain(self, batch_size: int) -> bool:
         """This batch size's warm-up is done and drafting does not pay there: what a drafter
@@ -331,14 +433,17 @@ class DepthPolicy:
         graphs within the choice; on the CPU both are a few ms against 10-40 ms rounds."""
         c, costs = self.acceptance(), self.round_costs(batch_size)
         if switching_from is not None:
-            build, switch = self.build_cost(), self.switch_cost()
             for k in range(self.max_depth + 1):
-                once = build * ((batch_size, k) not in self._seen)
-                once += 2 * switch * (k != switching_from)
-                costs[k] += once / self.refresh_every
+                costs[k] += self._once(batch_size, k, switching_from) / self.refresh_every
         return np.array(
             [expected_tokens(c, k) / max(costs[k], 1e-9) for k in range(self.max_depth + 1)]
         )
+
+    def _once(self, batch_size: int, k: int, switching_from: int) -> float:
+        """Seconds taking depth k costs once: its shape's build if never run, and two switches
+        (there and back) if it is not the current depth."""
+        once = self.build_cost() * ((batch_size, k) not in self._seen)
+        return once + 2 * self.switch_cost() * (k != switching_from)
 
     def _probe(self, batch_size: int) -> int | None:
         """The warm-up of this batch size's bucket (sizes of one bit length: 1, 2-3, 4-7, ...):
@@ -355,16 +460,16 @@ class DepthPolicy:
         bucket = int(batch_size).bit_length()
         if bucket in self._probed:
             return None
-        counts = self._bucket_counts(bucket)
+        counts, need = self._bucket_counts(bucket), max(2, self.run)
         for k in self.depths():
-            if counts.get(k, 0) < 2:
+            if counts.get(k, 0) < need:
                 if k >= 2 and self._deeper_cannot_pay(bucket):
                     break
                 return k
         # Plain again, after the drafting depths: the ladder's first rounds pay one-off costs
         # (a fresh process's first buffers, caches filling) that made plain decoding look
         # dearer than it is, and drafting then chosen where it lost (the demo's batch job).
-        if counts.get(0, 0) < 4:
+        if counts.get(0, 0) < 2 * need:
             return 0
         self._probed.add(bucket)
         return None
@@ -404,18 +509,18 @@ class DepthPolicy:
             tokens, seconds = np.full(len(ks), 1.0 + self.max_depth), np.full(len(ks), per_row[m])
         return bool((tokens / np.maximum(seconds, 1e-12) <= best).all())
 
-    def _may_explore(self, batch_size: int, k: int) -> bool:
-        """Explore depth k only while exploring's cost stays within budget, costed at the
-        slowest drafting round seen at this batch size: a drafter's first proposal after
-        rounds without drafts may carry one-off work (a draft model catching up on the
-        tokens it skipped) that a median would hide."""
+    def _may_explore(self, batch_size: int, k: int, run: int = 1) -> bool:
+        """Explore depth k for `run` rounds only while exploring's cost stays within budget,
+        its first round costed at the slowest drafting round seen at this batch size: a
+        drafter's first proposal after rounds without drafts may carry one-off work (a draft
+        model catching up on the tokens it skipped) that a median would hide."""
         rates = self._rates(batch_size)
         worst = max(
             (t for (b, j), t in self._worst.items() if b == batch_size and j > 0), default=0.0
         )
-        cost = self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
+        cost = run * self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
         best = max(rates[self.depths()].max(), 1e-9)
-        loss = max(0.0, cost - expected_tokens(self.acceptance(), k) / best)
+        loss = max(0.0, cost - run * expected_tokens(self.acceptance(), k) / best)
         if (batch_size, k) not in self._seen:
             loss += self.build_cost()  # a shape never run: its first round builds it
         if k != self._chosen.get(batch_size, (0, 0))[1]:
@@ -423,7 +528,6 @@ class DepthPolicy:
         if self._explore_loss + loss > self.explore_budget * self._time_total:
             return False
         self._explore_loss += loss
-        self._explored_at = self._rounds
         return True
 
 

@@ -20,6 +20,7 @@ from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
+from workers.drain import DrainingRows
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
@@ -54,7 +55,12 @@ def attach_drafter(
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return Attached(drafter, needs_hidden, post_norm, None)
-    policy = DepthPolicy(config.draft_depth, extremes_only=backend.builds_per_shape)
+    policy = DepthPolicy(
+        config.draft_depth,
+        extremes_only=backend.builds_per_shape,
+        one_off_max=3 if backend.builds_per_shape else 0,  # compiles per span: seconds
+        run=4 if backend.builds_per_shape else 1,  # a switch rebuilds graphs: depths held
+    )
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:
         # A draft model clearly slower than the target can never pay: no probing needed.
@@ -78,11 +84,15 @@ def propose_round(
     sampling: RoundSampling | None,
     in_flight: int = 0,
     same_graph: bool = False,
+    draining: bool = False,
 ) -> Proposal:
     """The round's proposal ([B, K] drafts, per-row counts). `in_flight`: tokens a row may
-    already have emitted in a round the host has not read (pipelined rounds)."""
+    already have emitted in a round the host has not read (pipelined rounds). `draining`: no
+    request waits to join these rows (the policy then weighs when they finish)."""
     B = len(rows)
     per_row = config.max_verify_tokens // max(B, 1)
+    if policy is not None:
+        policy.drain = DrainingRows.of(rows) if draining and policy.deciding(B) else None
     cap = policy.choose(B) if policy is not None else None
     depths = row_depths(rows, config.draft_depth, per_row, cap, in_flight)  # [B]
     if drafter is None or depths.max(initial=0) == 0:

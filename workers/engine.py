@@ -307,9 +307,10 @@ class Engine:
         )
 
     def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
+        draining = not (self.waiting or self._inbox or self._prefill)  # nothing will join
         return propose_round(
             self.drafter, self.rows, self.config, self.depth_policy, sampling, in_flight,
-            self.pad_verify,
+            self.pad_verify, draining,
         )  # fmt: skip
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:

@@ -161,22 +161,43 @@ def test_a_change_of_depth_must_pay_for_its_switches_within_the_choice(switch_s,
     assert p.choose(8) == expected
 
 
-def test_where_shapes_cost_builds_an_engine_with_a_depth_policy_does_not_warm_up(
+def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taught(
     setup, monkeypatch
 ):
-    """MLX CUDA: per-round costs miss the builds a draining batch pays, and a warmed policy
-    drafted where that lost (workers/warm_up.py): such an engine learns on traffic only."""
+    """MLX CUDA: each new (batch size, depth) shape is a graph build (50-180 ms a drafting
+    shape on an H200), and a draining batch passes through every size below its largest. The
+    warm-up runs each of them at every depth the policy may choose, then the policy forgets
+    those rounds (per-round costs there missed what a draining batch pays, and a warmed policy
+    drafted where that lost: workers/warm_up.py); outputs still equal mlx-lm's."""
     from workers import warm_up as wu
     from workers.backend import Backend
 
     target, head = setup
     cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
     monkeypatch.setattr(wu.Backend, "current", classmethod(lambda cls: cuda_like))
-    kw = dict(max_batch_size=4, draft_depth=3, adaptive_depth=True)
+    shapes: set[tuple[int, int]] = set()
+    real_step = Engine.step
+
+    def recording(self):  # type: ignore[no-untyped-def]
+        if self.rows and self.depth_policy.forced is not None:  # the depth this round is held at
+            shapes.add((len(self.rows), self.depth_policy.forced))
+        return real_step(self)
+
+    monkeypatch.setattr(Engine, "step", recording)
+    kw = dict(max_batch_size=4, draft_depth=3, adaptive_depth=True, prefix_cache_tokens=256)
     engine = Engine(target, drafter=MTPDrafter(target, head), **kw)
-    assert wu.warm_up(engine) == []
+    assert wu.warm_up(engine) == [4, 3, 2, 1]
+    assert {(b, k) for b in (1, 2, 3, 4) for k in (0, 3)} <= shapes, sorted(shapes)
     policy = engine.depth_policy
     assert policy is not None and policy._rounds == 0 and not policy._probed
+    assert policy.forced is None and policy.run == 4 and policy.extremes_only  # settings kept
+    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
+    monkeypatch.setattr(Engine, "step", real_step)
+    prompts = mixed_prompts(3, seed=7)
+    for i, (p, o) in enumerate(
+        zip(prompts, engine.generate(prompts, SamplingParams(max_tokens=16)))
+    ):
+        assert_matches(o.tokens, reference_greedy(target, p, 16), f"MTP warmed row {i}")
 
 
 def test_a_kv_budget_too_small_for_the_warm_up_rows_skips_what_does_not_fit(setup):
