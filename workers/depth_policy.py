@@ -373,14 +373,20 @@ class DepthPolicy:
         self._time_total = self._explore_loss = 0.0
         self._last_k = -1
 
-    def forget(self) -> None:
-        """Back to what the policy knew when made (rounds run only to build shapes teach
-        nothing): its settings stay, everything measured goes."""
+    def forget_rounds(self) -> None:
+        """Forget rounds run only to build shapes (workers/warm_up.py `build_shapes`): their
+        costs and acceptance go, the settings stay, and so does what the backend showed: the
+        shapes now built (no build is charged for them, their first live round counts) and
+        what a build and a switch of depth cost. (Forgetting the shapes too, a draining batch of
+        the trained hybrid on an H200 was charged builds at every smaller size at depth 3, and
+        decoded its last row plainly for 46 rounds.)"""
         settings = {
             f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name[0] != "_"
         }
         settings.update(forced=None, drain=None)
+        kept = {"_seen": self._seen, "_build": self._build, "_switch": self._switch}
         self.__dict__.update(type(self)(**settings).__dict__)
+        self.__dict__.update(kept)
 
     def settled_plain(self, batch_size: int) -> bool:
         """This batch size's warm-up is done and drafting does not pay there: what a drafter

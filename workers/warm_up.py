@@ -17,14 +17,13 @@ also for an engine without a drafter: a fresh plain engine's first job (H200, de
 prompts at B=32) ran 0.93-1.94x as fast warmed up, median 1.30x (bench/cold_batch.py).
 Costs ~3 s on the CPU with the default model (a startup cost, like loading the weights).
 
-An engine with a depth policy does not warm up on MLX CUDA. There a short job's time is mostly
-the graph builds of the batch sizes a draining batch passes through, and drafting spreads the
-rows' finishing rounds apart, so the batch passes through more of them; per-round costs do not
-show that. Measured on an H200 (default model, 64 prompts at B=32, fresh engines): taught by the
-warm-up, the policy drafted at depth 3 throughout, 0.31-0.54x of a warmed plain engine; with the
-graphs built but the policy learning on traffic, 0.30-0.38x (no build it measured held it back);
-learning on traffic alone, 0.39-0.62x. Batch-size buckets (rows padded to a few sizes) are what
-would let a warm-up serve it.
+On MLX CUDA a warm-up does not teach the policy. There a short job's time is mostly the graph
+builds of the batch sizes a draining batch passes through, and drafting spreads the rows'
+finishing rounds apart, so the batch passes through more of them; per-round costs do not show
+that. Measured on an H200 (default model, 64 prompts at B=32, fresh engines): taught by the
+warm-up, the policy drafted at depth 3 throughout, 0.31-0.54x of a warmed plain engine. So
+there the warm-up only builds (`build_shapes`): every batch size from max_batch_size down to 1,
+at each depth the policy may choose, and the policy keeps only which shapes are built.
 """
 
 from __future__ import annotations
@@ -105,8 +104,8 @@ def warm_up(engine: Engine, seed: int = 0) -> list[int]:
 def build_shapes(engine: Engine, seed: int = 0) -> list[int]:
     """MLX CUDA: build the round graphs of every batch size a draining batch passes through
     (max_batch_size rows, then one fewer at a time down to 1), at every depth the policy may
-    choose, before traffic does; returns the sizes run. Nothing is taught: the policy forgets
-    these rounds and learns on traffic (see the module docstring).
+    choose, before traffic does; returns the sizes run. Nothing is taught but what was built:
+    the policy forgets these rounds' costs and learns them on traffic (module docstring).
 
     Each new (batch size, depth) shape is a build there: 50-180 ms a drafting shape with the
     trained hybrid on an H200, against 4-8 ms rounds, and a 16-prompt job at B=8 met 3-6 of
@@ -144,7 +143,7 @@ def build_shapes(engine: Engine, seed: int = 0) -> list[int]:
     while engine.has_work():
         engine.step()
     if policy is not None:
-        policy.forget()
+        policy.forget_rounds()
     engine.prefix_cache.clear()
     engine.take_round_stats()  # not traffic: kept out of the worker's metrics
     return built

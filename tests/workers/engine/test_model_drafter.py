@@ -38,6 +38,10 @@ class Schedule:
 
     def __init__(self, depth: int, period: int = 5) -> None:
         self.depth, self.period, self.rounds = depth, period, 0
+        self.drain = None  # never weighs a draining batch (`deciding` is False)
+
+    def deciding(self, batch_size: int) -> bool:
+        return False
 
     def choose(self, batch_size: int) -> int:
         self.rounds += 1

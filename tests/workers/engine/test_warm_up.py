@@ -167,8 +167,9 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     """MLX CUDA: each new (batch size, depth) shape is a graph build (50-180 ms a drafting
     shape on an H200), and a draining batch passes through every size below its largest. The
     warm-up runs each of them at every depth the policy may choose, then the policy forgets
-    those rounds (per-round costs there missed what a draining batch pays, and a warmed policy
-    drafted where that lost: workers/warm_up.py); outputs still equal mlx-lm's."""
+    those rounds but the shapes built (per-round costs there missed what a draining batch pays,
+    and a warmed policy drafted where that lost: workers/warm_up.py); outputs still equal
+    mlx-lm's."""
     from workers import warm_up as wu
     from workers.backend import Backend
 
@@ -191,6 +192,8 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     policy = engine.depth_policy
     assert policy is not None and policy._rounds == 0 and not policy._probed
     assert policy.forced is None and policy.run == 4 and policy.extremes_only  # settings kept
+    assert {(b, k) for b in (1, 2, 3, 4) for k in (0, 3)} <= policy._seen  # and what is built
+    assert not policy._rows and not policy._tried.any()  # not what the rounds cost or accepted
     assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
     monkeypatch.setattr(Engine, "step", real_step)
     prompts = mixed_prompts(3, seed=7)
