@@ -205,6 +205,9 @@ class DepthPolicy:
         `one_off_factor`), judged against plain rounds measured at this batch size."""
         if self._one_offs.get((batch_size, k), 0) >= self.one_off_max:
             return False  # (first: the CPU's policy, one_off_max 0, scans no rows per round)
+        bound = self.one_off_factor * (1 + k + self.hopeless_ratio * k)
+        if step_time_s <= bound * self._first.get((batch_size, 0), float("inf")):
+            return False  # within reach of the fastest plain round: no scan (most rounds)
         plain = [t for b, j, t in self._rows if b == batch_size and j == 0]
         if not plain:
             return False
@@ -237,9 +240,12 @@ class DepthPolicy:
             return np.zeros((len(sizes), len(depths)))
         keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
         coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
+        grid_b = np.repeat(np.asarray(sizes, dtype=np.float64), len(depths))  # [S * (D + 1)]
+        grid_k = np.tile(depths, len(sizes))
+        fits = np.maximum(0.0, _features(grid_b, grid_k) @ coef).reshape(len(sizes), -1)
         out = np.empty((len(sizes), len(depths)))
         for i, batch_size in enumerate(sizes):
-            fitted = np.maximum(0.0, _features(np.full_like(depths, batch_size), depths) @ coef)
+            fitted = fits[i]
             costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(len(depths))])
             # A shape seen only once (its first round) costs that round's time. An unseen depth
             # is never cheaper than the deepest seen depth m below it plus m's own last step
