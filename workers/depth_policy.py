@@ -49,7 +49,13 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from workers.drain import DrainingRows, accept_scale, drain_seconds, rows_expected_tokens
+from workers.drain import (
+    DrainingRows,
+    accept_scale,
+    job_seconds,
+    population_scales,
+    rows_expected_tokens,
+)
 
 LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
 
@@ -110,10 +116,10 @@ class DepthPolicy:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
     # where depth 3 held costs 4.6 ms against 2.5 ms plain, so drafting was never chosen.
     run: int = 1
-    # The running rows when no request waits to join them (the engine sets it before choosing;
-    # None: requests wait, slots refill). Then the depth that finishes the rows soonest is
-    # chosen (workers/drain.py), each row's acceptance shrunk to the batch's by `drain_prior`
-    # draft tokens.
+    # The running rows and the few waiting to join them when the job's end is in sight (the
+    # engine sets it before choosing; None: many wait, slots refill for a long while). Then
+    # the depth that finishes them all soonest is chosen (workers/drain.py), each row's
+    # acceptance shrunk to the learnt one by `drain_prior` draft tokens.
     drain: DrainingRows | None = None
     drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
@@ -136,6 +142,9 @@ class DepthPolicy:
     # Seconds a round that changes depth costs over its shape's median (a backend that builds
     # a graph per shape rebuilds it: ~15-30 ms on an H200), recent switches only.
     _switch: deque = field(default_factory=lambda: deque(maxlen=16))
+    # Finished rows' accepted over drafted draft tokens (those that drafted `drain_prior` or
+    # more): the spread a new row's acceptance is expected from (workers/drain.py).
+    _row_rates: deque = field(default_factory=lambda: deque(maxlen=64))
     # Seconds a shape's first round cost over its second (a graph build on MLX CUDA).
     _build: deque = field(default_factory=lambda: deque(maxlen=16))
     _explore_block: tuple = (-1, False)  # (explore_every block, its run approved)
@@ -337,17 +346,21 @@ class DepthPolicy:
         return self._rounds - at >= self.refresh_every
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
-        """The depth that finishes a draining batch's rows soonest (workers/drain.py), charged
-        what taking it costs once (as `_rates`); drafting must still clear `_margin`."""
+        """The depth that finishes the running and waiting rows soonest (workers/drain.py),
+        charged what taking it costs once (as `_rates`); drafting must still clear `_margin`."""
         B = len(drain.remaining)
         costs = self._round_costs_for(range(B + 1))  # [B + 1, D + 1]: row 0 unused
         reference = self._accepted / self._drafted if self._drafted > 0 else 0.0
         c = self.acceptance()
-        scale = accept_scale(drain.drafted, drain.accepted, self.drain_prior, reference)
+        rates = np.array(self._row_rates)
+        base = population_scales(rates, reference, B + len(drain.waiting))
+        scale = accept_scale(drain.drafted, drain.accepted, self.drain_prior, reference, base[:B])
         seconds = {}
         for k in self.depths():
             rounds = drain.remaining / rows_expected_tokens(c, scale, k)
-            seconds[k] = drain_seconds(rounds, costs[:, k]) + self._once(B, k, switching_from)
+            queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
+            seconds[k] = job_seconds(rounds, queued, costs[:, k])
+            seconds[k] += self._once(B, k, switching_from)
         best = min(seconds, key=lambda j: seconds[j])
         if seconds[best] * (1 + self._margin(B, best)) > seconds[0]:
             return 0
@@ -383,9 +396,9 @@ class DepthPolicy:
         """Forget rounds run only to build shapes (workers/warm_up.py `build_shapes`): their
         costs and acceptance go, the settings stay, and so does what the backend showed: the
         shapes now built (no build is charged for them, their first live round counts) and
-        what a build and a switch of depth cost. (Forgetting the shapes too, a draining batch of
-        the trained hybrid on an H200 was charged builds at every smaller size at depth 3, and
-        decoded its last row plainly for 46 rounds.)"""
+        what a build and a switch of depth cost. (Forgetting the shapes too, a
+        draining batch of the trained hybrid on an H200 was charged builds at every smaller
+        size at depth 3, and decoded its last row plainly for 46 rounds.)"""
         settings = {
             f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name[0] != "_"
         }
@@ -431,6 +444,11 @@ class DepthPolicy:
     def build_cost(self) -> float:
         """Seconds a shape's first round costs beyond its second (median of recent shapes)."""
         return float(np.median(self._build)) if len(self._build) >= 2 else 0.0
+
+    def observe_row(self, drafted: int, accepted: int) -> None:
+        """A row finished having proposed `drafted` draft tokens and had `accepted` accepted."""
+        if drafted >= self.drain_prior:
+            self._row_rates.append(accepted / drafted)
 
     def switch_cost(self) -> float:
         """Seconds a change of depth costs beyond its round (median of recent switches)."""

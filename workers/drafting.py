@@ -84,15 +84,17 @@ def propose_round(
     sampling: RoundSampling | None,
     in_flight: int = 0,
     same_graph: bool = False,
-    draining: bool = False,
+    job_tail: Sequence[Row] | None = None,
 ) -> Proposal:
     """The round's proposal ([B, K] drafts, per-row counts). `in_flight`: tokens a row may
-    already have emitted in a round the host has not read (pipelined rounds). `draining`: no
-    request waits to join these rows (the policy then weighs when they finish)."""
+    already have emitted in a round the host has not read (pipelined rounds). `job_tail`: the
+    rows still to join when the job's end is in sight (the policy then weighs when they all
+    finish: workers/drain.py), None while many wait."""
     B = len(rows)
     per_row = config.max_verify_tokens // max(B, 1)
     if policy is not None:
-        policy.drain = DrainingRows.of(rows) if draining and policy.deciding(B) else None
+        deciding = job_tail is not None and policy.deciding(B)
+        policy.drain = DrainingRows.of(rows, job_tail or ()) if deciding else None
     cap = policy.choose(B) if policy is not None else None
     depths = row_depths(rows, config.draft_depth, per_row, cap, in_flight)  # [B]
     if drafter is None or depths.max(initial=0) == 0:

@@ -29,6 +29,7 @@ from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
 from workers.drafting import attach_drafter, joining_tail, propose_round
+from workers.drain import JOB_TAIL_ROWS
 from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
@@ -307,11 +308,17 @@ class Engine:
         )
 
     def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
-        draining = not (self.waiting or self._inbox or self._prefill)  # nothing will join
         return propose_round(
             self.drafter, self.rows, self.config, self.depth_policy, sampling, in_flight,
-            self.pad_verify, draining,
+            self.pad_verify, self._job_tail(),
         )  # fmt: skip
+
+    def _job_tail(self) -> list[Row] | None:
+        """The rows still to join when the job's end is in sight (at most JOB_TAIL_ROWS a
+        running row, none arriving unseen), in the order they will join; else None."""
+        if self._inbox or len(self.waiting) > JOB_TAIL_ROWS * max(1, len(self.rows)):
+            return None
+        return list(self._prefill.rows if self._prefill else []) + list(self.waiting)
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
@@ -423,6 +430,8 @@ class Engine:
             if r.is_finished:
                 self._forget(r.request_id)
                 events.append(r.take_event())
+                if self.depth_policy is not None and r.finish_reason != "abort":
+                    self.depth_policy.observe_row(r.num_draft_tokens, r.num_accepted_tokens)
         self.rows = [self.rows[i] for i in keep]
         self.cache.keep_rows(keep)
         if self.drafter is not None:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.tiny import mixed_prompts, perturbed, reference_greedy, tiny_model
 from workers import Engine, ModelDrafter, SamplingParams
+from workers.depth_policy import DepthPolicy
 
 MAX_TOKENS = 14
 
@@ -32,23 +33,17 @@ def acceptance(engine: Engine) -> float:
     return sum(s.num_accepted_tokens for s in stats) / drafted
 
 
-class Schedule:
+class Schedule(DepthPolicy):
     """A depth policy stand-in: depth 0 for two rounds out of every `period` (plain rounds
     whose tokens the drafter must catch up on), the engine's depth otherwise."""
 
     def __init__(self, depth: int, period: int = 5) -> None:
-        self.depth, self.period, self.rounds = depth, period, 0
-        self.drain = None  # never weighs a draining batch (`deciding` is False)
-
-    def deciding(self, batch_size: int) -> bool:
-        return False
+        super().__init__(max_depth=depth)
+        self.depth, self.period, self.calls = depth, period, 0
 
     def choose(self, batch_size: int) -> int:
-        self.rounds += 1
-        return 0 if self.rounds % self.period in (1, 2) else self.depth
-
-    def observe(self, *args: object) -> None:
-        pass
+        self.calls += 1
+        return 0 if self.calls % self.period in (1, 2) else self.depth
 
     def settled_plain(self, batch_size: int) -> bool:
         return False
