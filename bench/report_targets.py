@@ -1,5 +1,5 @@
 """RESULTS.md's first section: issue 11's speed targets, each read from the newest result that
-measures it (bench/results/s29/README.md and its siblings say how each was run); a target's
+measures it (bench/results/s29/README.md, s30/README.md and their siblings say how each was run); a target's
 status is computed from those numbers."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6, g1 = _load("s29/gpu_6b_final.json"), _load("s29/gpu_1b_final.json")
     demo = _load("before_after/demo_cpu_af11370_vs_s28_final.json")
-    p5, p5a = _load("s29/p5_final.json"), _load("s29/p5_adaptive.json")
+    p5, p5a = _load("s29/p5_final.json"), _load("s30/p5_adaptive_served.json")
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
     )
@@ -90,7 +90,8 @@ def targets_section() -> list[str]:
         "## Issue 11's targets, where each stands",
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
-        "bf16). Why the missed ones are missed: bench/results/s29/README.md and the stop notes.",
+        "bf16). Why the missed ones are missed: bench/results/s29/README.md, "
+        "bench/results/s30/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",
