@@ -35,6 +35,11 @@ of all the time observed; an exploration is also charged what it makes the backe
 here: the build of a (batch, depth) shape never run (a shape's first round over its second) and
 two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H200). Where every
 drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
+Near a job's end (few requests waiting) tokens per second no longer decide: the batch drains
+and its slowest rows set its time, so the policy then picks the depth that finishes the
+running and waiting rows soonest (`drain`, workers/drain.py). On MLX CUDA, depths are probed
+and explored in runs of `run` rounds, and rounds that paid a compile are set aside
+(`one_off_max`).
 A serving engine runs every bucket's warm-up before traffic, on synthetic prompts
 (workers/warm_up.py, `end_warm_up`); live costs are then read against it scaled by the drift of
 plain rounds since (`_cells`), and a predicted gain must also clear the medians' error
@@ -386,6 +391,10 @@ class DepthPolicy:
         weight = min(1.0, self.min_evidence / max(float(self._tried[0]), 1.0))
         self._tried *= weight
         self._hit *= weight
+        # Nor are synthetic rows the reference a live row's own acceptance is read against
+        # (workers/drain.py): read against it, the single stream's first request looked 0.73x
+        # as good as the rows before it and decoded plainly, where drafting ran it 1.34x.
+        self._drafted = self._accepted = 0.0
         self._probed |= {int(b).bit_length() for b in sizes}
         self._chosen.clear()
         self._switch.clear()  # interleaved rounds, each a switch: live switches measure it

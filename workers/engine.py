@@ -310,15 +310,17 @@ class Engine:
     def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
         return propose_round(
             self.drafter, self.rows, self.config, self.depth_policy, sampling, in_flight,
-            self.pad_verify, self._job_tail(),
+            self.pad_verify, self._job_tail() if self.depth_policy is not None else None,
         )  # fmt: skip
 
     def _job_tail(self) -> list[Row] | None:
         """The rows still to join when the job's end is in sight (at most JOB_TAIL_ROWS a
-        running row, none arriving unseen), in the order they will join; else None."""
+        running row, none arriving unseen), in the order they will join; else None. A lone
+        row with none to follow is no tail: finishing it soonest is decoding it fastest."""
         if self._inbox or len(self.waiting) > JOB_TAIL_ROWS * max(1, len(self.rows)):
             return None
-        return list(self._prefill.rows if self._prefill else []) + list(self.waiting)
+        tail = list(self._prefill.rows if self._prefill else []) + list(self.waiting)
+        return tail if len(self.rows) + len(tail) > 1 else None
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))

@@ -175,3 +175,26 @@ def test_new_rows_are_expected_to_accept_as_finished_rows_spread():
     assert t["fixed"] > 1.05 * t["plain"], t  # the case: drafting loses this job
     assert t["job"] < t["throughput"], t
     assert t["job"] < 1.04 * t["plain"], t
+
+
+def test_a_warm_ups_synthetic_rows_are_not_the_reference_live_rows_are_read_against():
+    """The warm-up's synthetic rows accept otherwise than traffic (here 0.95 against 0.6).
+    Read against them, two ordinary live rows looked 0.6x as good as the rows before them
+    and decoded plainly (the CPU single stream's first request: 1.34x when drafted); read
+    against live rows, they draft."""
+    rng = np.random.default_rng(3)
+    policy = DepthPolicy(max_depth=3)
+    for k in [0, 3] * 6:  # the warm-up: synthetic rows, every draft accepted
+        policy.forced = k
+        policy.observe(np.full(2, k), np.full(2, k), round_cost(2, k))
+    policy.end_warm_up([2])
+    drafted, accepted = np.zeros(2), np.zeros(2)
+    for _ in range(12):  # live rows accept 0.6 a position
+        runs = np.cumprod(rng.random((2, 3)) < 0.6, axis=1).sum(1)
+        policy.observe(np.full(2, 3), runs, round_cost(2, 3))
+        drafted, accepted = drafted + 3, accepted + runs
+    for _ in range(4):
+        policy.observe(np.zeros(2, dtype=int), np.zeros(2, dtype=int), round_cost(2, 0))
+    policy._chosen.clear()
+    policy.drain = DrainingRows(np.full(2, 60.0), drafted, accepted)
+    assert policy.choose(2) == 3

@@ -26,6 +26,16 @@ def setup():
     return target, fit_mtp_head(target, steps=60)
 
 
+def assert_no_trace_and_mlx_lm_outputs(engine: Engine, target, seed: int, label: str) -> None:
+    """A warm-up leaves nothing behind (prefix cache, round stats), and the engine still
+    decodes as mlx-lm does."""
+    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
+    prompts = mixed_prompts(3, seed=seed)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=16))
+    for i, (p, o) in enumerate(zip(prompts, outs)):
+        assert_matches(o.tokens, reference_greedy(target, p, 16), f"{label} row {i}")
+
+
 def test_batch_sizes_cover_every_bucket_up_to_the_largest():
     assert batch_sizes(1) == [1]
     assert batch_sizes(16) == [1, 2, 4, 8, 16]
@@ -134,13 +144,8 @@ def test_an_engine_without_a_drafter_warms_up_only_where_shapes_cost_builds(setu
     monkeypatch.setattr(wu.Backend, "current", classmethod(lambda cls: cuda_like))
     engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
     assert {1, 2, 4} <= set(steps)  # rounds ran at every bucket's size
-    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
     monkeypatch.setattr(Engine, "step", real_step)
-    prompts = mixed_prompts(3, seed=6)
-    for i, (p, o) in enumerate(
-        zip(prompts, engine.generate(prompts, SamplingParams(max_tokens=16)))
-    ):
-        assert_matches(o.tokens, reference_greedy(target, p, 16), f"plain warmed row {i}")
+    assert_no_trace_and_mlx_lm_outputs(engine, target, seed=6, label="plain warmed")
 
 
 @pytest.mark.parametrize("switch_s, expected", [(0.020, 0), (0.0005, 3)])
@@ -194,13 +199,8 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     assert policy.forced is None and policy.run == 4 and policy.extremes_only  # settings kept
     assert {(b, k) for b in (1, 2, 3, 4) for k in (0, 3)} <= policy._seen  # and what is built
     assert not policy._rows and not policy._tried.any()  # not what the rounds cost or accepted
-    assert engine.prefix_cache.used_tokens == 0 and engine.take_round_stats() == []
     monkeypatch.setattr(Engine, "step", real_step)
-    prompts = mixed_prompts(3, seed=7)
-    for i, (p, o) in enumerate(
-        zip(prompts, engine.generate(prompts, SamplingParams(max_tokens=16)))
-    ):
-        assert_matches(o.tokens, reference_greedy(target, p, 16), f"MTP warmed row {i}")
+    assert_no_trace_and_mlx_lm_outputs(engine, target, seed=7, label="MTP warmed")
 
 
 def test_a_kv_budget_too_small_for_the_warm_up_rows_skips_what_does_not_fit(setup):
