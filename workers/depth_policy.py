@@ -35,7 +35,7 @@ of all the time observed; an exploration is also charged what it makes the backe
 here: the build of a (batch, depth) shape never run (a shape's first round over its second) and
 two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H200). Where every
 drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
-Near a job's end (few requests waiting) tokens per second no longer decide: the batch drains
+Near a job's end (no arrivals lately, few waiting) tokens per second no longer decide: the batch drains
 and its slowest rows set its time, so the policy then picks the depth that finishes the
 running and waiting rows soonest (`drain`, workers/drain.py). On MLX CUDA, depths are probed
 and explored in runs of `run` rounds, and rounds that paid a compile are set aside
@@ -121,16 +121,17 @@ class DepthPolicy:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
     # where depth 3 held costs 4.6 ms against 2.5 ms plain, so drafting was never chosen.
     run: int = 1
-    # The running rows and the few waiting to join them when the job's end is in sight (the
-    # engine sets it before choosing; None: many wait, slots refill for a long while). Then
-    # the depth that finishes them all soonest is chosen (workers/drain.py), each row's
-    # acceptance shrunk to the learnt one by `drain_prior` draft tokens.
+    # The running rows and those still to join them when the job's end is in sight (the
+    # engine sets it before choosing; None: requests keep arriving, or many wait). Then the
+    # depth that finishes them all soonest is chosen (workers/drain.py), each row's own
+    # acceptance shrunk by `drain_prior` draft tokens to what finished rows spread.
     drain: DrainingRows | None = None
     drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
     forced: int | None = None
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
+    _built_live: set = field(default_factory=set)  # ... dropped here, as a round (a build)
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
     _tried: np.ndarray = field(init=False)  # [max_depth] decayed rows that reached position j
     _hit: np.ndarray = field(init=False)  # [max_depth] decayed rows accepted at position j
@@ -195,11 +196,14 @@ class DepthPolicy:
         self._count[(B, k)] = self._count.get((B, k), 0) + 1
         self._worst[(B, k)] = max(step_time_s, self._worst.get((B, k), 0.0))
         if (B, k) in self._seen:
-            if self._count[(B, k)] == 2:  # the shape's second round: what its first cost more
+            if self._count[(B, k)] == 2 and (B, k) in self._built_live:
+                # the shape's second round: what its first cost more (a first round this
+                # policy saw: a shape built by the warm-up or a one-off set no build)
                 self._build.append(max(0.0, self._worst[(B, k)] - step_time_s))
             self._rows.append((B, k, step_time_s))
         else:  # a shape's first round pays one-time costs (kernel builds, cache growth)
             self._seen.add((B, k))
+            self._built_live.add((B, k))
         while len(self._rows) > self.window:
             self._rows.popleft()
 
@@ -345,8 +349,12 @@ class DepthPolicy:
         return best
 
     def deciding(self, batch_size: int) -> bool:
-        """Whether `choose(batch_size)` may weigh the depths afresh this round (else it reuses
-        a recent choice): only then is a draining batch's view worth building."""
+        """Whether `choose(batch_size)` may weigh the depths afresh this round (not forced,
+        not probing, no recent choice to reuse): only then is a job's view worth building."""
+        if self.hopeless or self.forced is not None:
+            return False
+        if int(batch_size).bit_length() not in self._probed:
+            return False
         at = self._chosen.get(batch_size, (-self.refresh_every, 0))[0]
         return self._rounds - at >= self.refresh_every
 
@@ -354,7 +362,8 @@ class DepthPolicy:
         """The depth that finishes the running and waiting rows soonest (workers/drain.py),
         charged what taking it costs once (as `_rates`); drafting must still clear `_margin`."""
         B = len(drain.remaining)
-        costs = self._round_costs_for(range(B + 1))  # [B + 1, D + 1]: row 0 unused
+        slots = B + drain.free_slots
+        costs = self._round_costs_for(range(slots + 1))  # [slots + 1, D + 1]: row 0 unused
         reference = self._accepted / self._drafted if self._drafted > 0 else 0.0
         c = self.acceptance()
         rates = np.array(self._row_rates)
@@ -364,7 +373,7 @@ class DepthPolicy:
         for k in self.depths():
             rounds = drain.remaining / rows_expected_tokens(c, scale, k)
             queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
-            seconds[k] = job_seconds(rounds, queued, costs[:, k])
+            seconds[k] = job_seconds(rounds, queued, costs[:, k], drain.free_slots)
             seconds[k] += self._once(B, k, switching_from)
         best = min(seconds, key=lambda j: seconds[j])
         if seconds[best] * (1 + self._margin(B, best)) > seconds[0]:
@@ -395,6 +404,7 @@ class DepthPolicy:
         # (workers/drain.py): read against it, the single stream's first request looked 0.73x
         # as good as the rows before it and decoded plainly, where drafting ran it 1.34x.
         self._drafted = self._accepted = 0.0
+        self.drain = None  # the warm-up's rows are gone
         self._probed |= {int(b).bit_length() for b in sizes}
         self._chosen.clear()
         self._switch.clear()  # interleaved rounds, each a switch: live switches measure it
@@ -405,7 +415,8 @@ class DepthPolicy:
         """Forget rounds run only to build shapes (workers/warm_up.py `build_shapes`): their
         costs and acceptance go, the settings stay, and so does what the backend showed: the
         shapes now built (no build is charged for them, their first live round counts) and
-        what a build and a switch of depth cost. (Forgetting the shapes too, a
+        the build and switch costs measured so far (few or none: the warm-up holds each shape
+        one round). (Forgetting the shapes too, a
         draining batch of the trained hybrid on an H200 was charged builds at every smaller
         size at depth 3, and decoded its last row plainly for 46 rounds.)"""
         settings = {
@@ -456,7 +467,7 @@ class DepthPolicy:
 
     def observe_row(self, drafted: int, accepted: int) -> None:
         """A row finished having proposed `drafted` draft tokens and had `accepted` accepted."""
-        if drafted >= self.drain_prior:
+        if drafted > 0 and drafted >= self.drain_prior:
             self._row_rates.append(accepted / drafted)
 
     def switch_cost(self) -> float:

@@ -20,7 +20,6 @@ from workers.compiled_step import COMPILE_ENV
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, DraftRequest, Proposal, empty_proposal, padded
-from workers.drain import DrainingRows
 from workers.rows import Row
 from workers.sampling.round import RoundSampling
 from workers.types import MAX_DRAFT_DEPTH as MAX_DEPTH
@@ -84,17 +83,11 @@ def propose_round(
     sampling: RoundSampling | None,
     in_flight: int = 0,
     same_graph: bool = False,
-    job_tail: Sequence[Row] | None = None,
 ) -> Proposal:
     """The round's proposal ([B, K] drafts, per-row counts). `in_flight`: tokens a row may
-    already have emitted in a round the host has not read (pipelined rounds). `job_tail`: the
-    rows still to join when the job's end is in sight (the policy then weighs when they all
-    finish: workers/drain.py), None while many wait."""
+    already have emitted in a round the host has not read (pipelined rounds)."""
     B = len(rows)
     per_row = config.max_verify_tokens // max(B, 1)
-    if policy is not None:
-        deciding = job_tail is not None and policy.deciding(B)
-        policy.drain = DrainingRows.of(rows, job_tail or ()) if deciding else None
     cap = policy.choose(B) if policy is not None else None
     depths = row_depths(rows, config.draft_depth, per_row, cap, in_flight)  # [B]
     if drafter is None or depths.max(initial=0) == 0:

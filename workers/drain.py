@@ -1,9 +1,10 @@
-"""The end of a job in sight: few enough requests wait that when the rows finish is what counts.
+"""The end of a job in sight: when the rows finish is what counts, not tokens per second.
 
-While many requests wait, a finished row's slot is refilled at once and the depth that
-maximises the batch's tokens per second is the right one (workers/depth_policy.py). Near the
-end of a job (an offline batch, a quiet server) the batch drains: rows leave one by one and the
-remaining time is set by the slowest ones. A depth whose rounds cost 1.9x a plain round for
+While requests keep arriving, or many wait, a finished row's slot is refilled at once and the
+depth that maximises the batch's tokens per second is the right one (workers/depth_policy.py).
+Near the end of a job (no request arrived for QUIET_STEPS steps and at most JOB_TAIL_ROWS wait
+per running row: an offline batch, a server whose traffic stopped) the batch drains: rows
+leave one by one and the remaining time is set by the slowest ones. A depth whose rounds cost 1.9x a plain round for
 2.55 tokens per row on average still loses if one row accepts 1.4 (H200, trained hybrid, B=16,
 16 prompts: 31 depth-3 rounds at B=16, then 39 more while one slow row drained, 0.75x plain).
 
@@ -34,6 +35,10 @@ import numpy as np
 # Waiting rows per running row up to which the job's end is weighed (beyond, the batch stays
 # full for many rounds and tokens per second decide; the schedule costs O(W log B) a choice).
 JOB_TAIL_ROWS = 8
+# Steps without a request arriving before the work at hand is taken as all there is: a live
+# server's steady traffic refills slots (tokens per second decide there); an offline job, or a
+# server whose traffic stopped, drains.
+QUIET_STEPS = 32
 MIN_POPULATION = 4  # finished rows before their spread of acceptance is used
 
 
@@ -45,16 +50,19 @@ class DrainingRows:
     drafted: np.ndarray  # draft tokens each row has proposed so far
     accepted: np.ndarray  # ... and had accepted
     waiting: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [W] their remaining
+    free_slots: int = 0  # slots no row holds: the first waiting rows take them at once
 
     @classmethod
-    def of(cls, rows: Iterable[Any], waiting: Iterable[Any] = ()) -> DrainingRows:
+    def of(
+        cls, rows: Iterable[Any], waiting: Iterable[Any] = (), free_slots: int = 0
+    ) -> DrainingRows:
         """From rows with `remaining`, `num_draft_tokens`, `num_accepted_tokens` (workers/rows)."""
         table = np.array(
             [(r.remaining, r.num_draft_tokens, r.num_accepted_tokens) for r in rows],
             dtype=np.float64,
         ).reshape(-1, 3)
         queued = np.array([r.remaining for r in waiting], dtype=np.float64)
-        return cls(table[:, 0], table[:, 1], table[:, 2], queued)
+        return cls(table[:, 0], table[:, 1], table[:, 2], queued, free_slots)
 
 
 def accept_scale(
@@ -92,10 +100,12 @@ def drain_seconds(rounds_left: np.ndarray, cost_by_size: np.ndarray) -> float:
     return float((cost_by_size[sizes] * steps).sum())
 
 
-def slot_ends(rounds_left: np.ndarray, waiting_rounds: np.ndarray) -> np.ndarray:
-    """Each slot's last round ([B], ascending) when every waiting row ([W] rounds each, in
-    order) takes the first slot to free."""
-    ends = [float(x) for x in rounds_left]
+def slot_ends(
+    rounds_left: np.ndarray, waiting_rounds: np.ndarray, free_slots: int = 0
+) -> np.ndarray:
+    """Each slot's last round ([B + free_slots], ascending) when every waiting row ([W]
+    rounds each, in order) takes the first slot to free (a free one at once)."""
+    ends = [float(x) for x in rounds_left] + [0.0] * free_slots
     heapq.heapify(ends)
     for n in waiting_rounds:
         heapq.heappush(ends, heapq.heappop(ends) + float(n))
@@ -103,11 +113,15 @@ def slot_ends(rounds_left: np.ndarray, waiting_rounds: np.ndarray) -> np.ndarray
 
 
 def job_seconds(
-    rounds_left: np.ndarray, waiting_rounds: np.ndarray, cost_by_size: np.ndarray
+    rounds_left: np.ndarray,
+    waiting_rounds: np.ndarray,
+    cost_by_size: np.ndarray,
+    free_slots: int = 0,
 ) -> float:
     """Seconds until the running rows ([B] rounds left) and the waiting ones ([W]) have all
-    finished, a round of b rows costing cost_by_size[b]."""
-    return drain_seconds(slot_ends(rounds_left, waiting_rounds), cost_by_size)
+    finished, a round of b rows costing cost_by_size[b] ([B + free_slots + 1]); a slot
+    never taken runs no rounds."""
+    return drain_seconds(slot_ends(rounds_left, waiting_rounds, free_slots), cost_by_size)
 
 
 def population_scales(rates: np.ndarray, reference: float, n: int) -> np.ndarray:

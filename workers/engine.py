@@ -29,7 +29,7 @@ from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
 from workers.drafting import attach_drafter, joining_tail, propose_round
-from workers.drain import JOB_TAIL_ROWS
+from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
 from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
@@ -106,6 +106,7 @@ class Engine:
         self._flight: Flight | None = None  # pipelined round launched, not read yet
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
+        self._quiet_steps = 0  # steps since a request last arrived
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
         self._inbox: deque[tuple[str, object]] = deque()
@@ -156,6 +157,7 @@ class Engine:
         events = self._take_new_work()
         stats = RoundStats()
         events += self._drop_finished()  # aborted rows leave before a round computes them
+        self._show_job_end()
         if (self.rows or self._flight) and self._pipelined():
             events += self._pipelined_step(stats)
         else:
@@ -310,17 +312,29 @@ class Engine:
     def _draft(self, sampling: RoundSampling | None = None, in_flight: int = 0) -> Proposal:
         return propose_round(
             self.drafter, self.rows, self.config, self.depth_policy, sampling, in_flight,
-            self.pad_verify, self._job_tail() if self.depth_policy is not None else None,
+            self.pad_verify,
         )  # fmt: skip
 
-    def _job_tail(self) -> list[Row] | None:
-        """The rows still to join when the job's end is in sight (at most JOB_TAIL_ROWS a
-        running row, none arriving unseen), in the order they will join; else None. A lone
-        row with none to follow is no tail: finishing it soonest is decoding it fastest."""
-        if self._inbox or len(self.waiting) > JOB_TAIL_ROWS * max(1, len(self.rows)):
-            return None
-        tail = list(self._prefill.rows if self._prefill else []) + list(self.waiting)
-        return tail if len(self.rows) + len(tail) > 1 else None
+    def _show_job_end(self) -> None:
+        """Before the step's first `choose`: if the policy weighs depths afresh and the job's
+        end is in sight (no request arrived for QUIET_STEPS steps, at most JOB_TAIL_ROWS wait
+        per running row), show it the rows still to run (workers/drain.py); else nothing, and
+        tokens per second decide. A lone row with none to follow is no tail: finishing it
+        soonest is decoding it fastest."""
+        policy = self.depth_policy
+        if policy is None:
+            return
+        policy.drain = None
+        B = len(self.rows)
+        if not B or self._quiet_steps < QUIET_STEPS or not policy.deciding(B):
+            return
+        if len(self.waiting) > JOB_TAIL_ROWS * B:
+            return
+        joining = list(self._prefill.rows) if self._prefill else []
+        tail = joining + list(self.waiting)  # in the order they join
+        if B + len(tail) > 1:
+            free = max(0, self.config.max_batch_size - B)  # joiners take these at once
+            policy.drain = DrainingRows.of(self.rows, tail, free_slots=free)
 
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
@@ -356,10 +370,12 @@ class Engine:
         with self._lock:
             inbox, self._inbox = self._inbox, deque()
         events = []
+        self._quiet_steps += 1
         for kind, item in inbox:
             if kind == "add":
                 assert isinstance(item, Row)
                 self.waiting.append(item)
+                self._quiet_steps = 0
             else:
                 events += self._abort_now(str(item))
         return events

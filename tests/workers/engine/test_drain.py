@@ -69,20 +69,22 @@ def test_population_scales_are_the_finished_rows_quantiles_spread_over_the_rows(
 
 
 def test_job_seconds_equals_running_the_job_round_by_round():
-    """Slots refilled in order from the queue as rows finish."""
+    """Slots refilled in order from the queue as rows finish; free slots taken at once."""
     rng = np.random.default_rng(2)
     for _ in range(50):
-        B, W = int(rng.integers(1, 8)), int(rng.integers(0, 12))
+        B, W, free = int(rng.integers(1, 8)), int(rng.integers(0, 12)), int(rng.integers(0, 3))
         rounds, queued = rng.integers(1, 30, B), rng.integers(1, 30, W)
-        cost = np.concatenate([[0.0], rng.uniform(1.0, 5.0, B)])
-        left, queue, total = list(rounds), list(queued), 0.0
+        cost = np.concatenate([[0.0], rng.uniform(1.0, 5.0, B + free)])
+        queue = list(queued)
+        left = list(rounds) + [queue.pop(0) if queue else 0 for _ in range(free)]
+        total = 0.0
         while any(n > 0 for n in left):
             total += cost[sum(n > 0 for n in left)]
             left = [n - 1 for n in left]
             for i, n in enumerate(left):
                 if n == 0 and queue:  # a slot freed this round: the next row takes it
                     left[i] = queue.pop(0)
-        got = job_seconds(rounds.astype(float), queued.astype(float), cost)
+        got = job_seconds(rounds.astype(float), queued.astype(float), cost, free)
         assert got == pytest.approx(total)
 
 
@@ -174,7 +176,7 @@ def test_new_rows_are_expected_to_accept_as_finished_rows_spread():
     t = medians(accept, 8, ("plain", "fixed", "throughput", "job"), passes=2)
     assert t["fixed"] > 1.05 * t["plain"], t  # the case: drafting loses this job
     assert t["job"] < t["throughput"], t
-    assert t["job"] < 1.04 * t["plain"], t
+    assert t["job"] < 1.03 * t["plain"], t
 
 
 def test_a_warm_ups_synthetic_rows_are_not_the_reference_live_rows_are_read_against():
@@ -198,3 +200,38 @@ def test_a_warm_ups_synthetic_rows_are_not_the_reference_live_rows_are_read_agai
     policy._chosen.clear()
     policy.drain = DrainingRows(np.full(2, 60.0), drafted, accepted)
     assert policy.choose(2) == 3
+
+
+def test_the_engine_shows_the_job_end_before_any_choice_once_arrivals_stop(monkeypatch):
+    """With a host-side drafter (n-grams) pipelined rounds ask the policy for the depth before
+    the round is drafted; the job's end is shown before that first question. Requests that
+    keep arriving mean live traffic (slots refill): tokens per second decide meanwhile."""
+    from tests.tiny import mixed_prompts, tiny_model
+    from workers import Engine, NgramDrafter, SamplingParams
+
+    weighed: list[int] = []
+    real = DepthPolicy._drain_choice
+
+    def spy(self, drain, switching_from):  # type: ignore[no-untyped-def]
+        weighed.append(len(drain.remaining) + len(drain.waiting))
+        return real(self, drain, switching_from)
+
+    monkeypatch.setattr(DepthPolicy, "_drain_choice", spy)
+    target = tiny_model("qwen3", seed=3)
+    kw = dict(drafter=NgramDrafter(), max_batch_size=2, draft_depth=3, adaptive_depth=True)
+    sp = SamplingParams(max_tokens=72, ignore_eos=True)
+    engine = Engine(target, **kw)
+    prompts = mixed_prompts(4, seed=2)
+    engine.generate(prompts, sp)
+    assert weighed and max(weighed) <= 4, weighed  # the job's rows, once arrivals stopped
+
+    weighed.clear()
+    engine = Engine(target, **kw)
+    for i in range(240):  # a request arrives every 4th step: live traffic, a short queue
+        if i % 4 == 0:
+            engine.add_request(f"r{i}", prompts[i % 4], SamplingParams(max_tokens=16))
+        engine.step()
+    policy = engine.depth_policy
+    assert policy is not None and 2 in policy._probed  # B=2 was weighed, by tokens per second
+    assert len(engine.waiting) <= 8 * 2  # few enough to weigh, had the traffic stopped
+    assert weighed == []
