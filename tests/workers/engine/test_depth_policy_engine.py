@@ -22,6 +22,17 @@ class CyclingPolicy(DepthPolicy):
         return self.calls % (self.max_depth + 1)
 
 
+class SameSizeDrafter(ModelDrafter):
+    """The perturbed copy of the target as a draft model, calibrated at what it measures
+    (~1.0 target forwards) rather than timed: the tests using it are about other things, and
+    on a loaded 2-core machine the timing of a tiny forward read past the hopeless ratio
+    (1.5) once, which set the drafter aside (a CI run: no drafts where the test expected some).
+    The calibration itself is tested below."""
+
+    def cost_ratio(self, target, width: int = 8, reps: int = 3) -> float:  # type: ignore[no-untyped-def]
+        return 1.0
+
+
 @pytest.fixture(scope="module")
 def models():
     target = tiny_model("llama", seed=7)
@@ -32,7 +43,7 @@ def test_adaptive_engine_is_lossless_and_uses_several_depths(models):
     target, draft = models
     prompts = mixed_prompts(5, seed=4)
     engine = Engine(
-        target, drafter=ModelDrafter(draft), max_batch_size=5, draft_depth=4, adaptive_depth=True
+        target, drafter=SameSizeDrafter(draft), max_batch_size=5, draft_depth=4, adaptive_depth=True
     )
     assert isinstance(engine.depth_policy, DepthPolicy)
     engine.depth_policy = CyclingPolicy(max_depth=4)
@@ -46,7 +57,7 @@ def test_adaptive_engine_is_lossless_and_uses_several_depths(models):
 def test_cap_spares_rejection_rows_and_is_off_by_default(models):
     target, draft = models
     prompts = mixed_prompts(2, seed=5)
-    engine = Engine(target, drafter=ModelDrafter(draft), draft_depth=3, adaptive_depth=True)
+    engine = Engine(target, drafter=SameSizeDrafter(draft), draft_depth=3, adaptive_depth=True)
     engine.depth_policy = CyclingPolicy(max_depth=3)
     engine.depth_policy.choose = lambda batch_size: 0  # type: ignore[method-assign]
     greedy = SamplingParams(max_tokens=12)
@@ -81,7 +92,7 @@ def test_no_draft_rounds_with_rows_joining_and_leaving(models, drafter):
         target = tiny_model("qwen3", seed=3)
         made = MTPDrafter(target, fit_mtp_head(target, steps=20))
     else:
-        made = ModelDrafter(draft)
+        made = SameSizeDrafter(draft)
     engine = Engine(target, drafter=made, max_batch_size=6, draft_depth=3, adaptive_depth=True)
     engine.depth_policy = RandomPolicy(max_depth=3)
     rng = np.random.default_rng(0)
@@ -116,7 +127,7 @@ def test_a_draft_model_does_no_work_while_the_policy_drafts_nothing(models):
     """Depth-0 rounds run pipelined and leave the draft model untouched (not even a prefill);
     when drafting starts it catches up on the skipped tokens and the output stays exact."""
     target, draft = models
-    drafter = ModelDrafter(draft, prefill_step_size=4)  # small chunks: the catch-up path
+    drafter = SameSizeDrafter(draft, prefill_step_size=4)  # small chunks: the catch-up path
     engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3, adaptive_depth=True)
     engine.depth_policy = ZeroThenDeepPolicy(max_depth=3)
     prompts = mixed_prompts(4, seed=5)
