@@ -408,3 +408,27 @@ def test_explored_depths_are_held_for_runs_and_measured_without_their_switch():
     assert len(runs) >= 4 and set(runs) == {2}, runs  # explored, always for whole runs
     assert policy.round_costs(8)[3] == pytest.approx(0.0046, rel=0.05)
     assert policy.switch_cost() == pytest.approx(0.006, rel=0.2)
+
+
+def test_shapes_built_before_traffic_set_no_build_cost():
+    """After a build-only warm-up the policy knows its shapes as built (`forget_rounds`): their
+    first live rounds are ordinary rounds, not builds. Counted as builds, they put ~0 s into
+    the build-cost median, and a shape never built was then charged nothing."""
+    policy = DepthPolicy(max_depth=3, extremes_only=True, run=4)
+    policy.forced = 3
+    for _ in range(3):  # a never-built shape: its first round pays a 40 ms build
+        policy.observe(np.full(2, 3), np.full(2, 2), 0.045 if (2, 3) not in policy._seen else 0.005)
+    policy.forced = 0
+    for _ in range(3):
+        policy.observe(
+            np.zeros(1, dtype=int),
+            np.zeros(1, dtype=int),
+            0.04 if (1, 0) not in policy._seen else 0.003,
+        )
+    assert policy.build_cost() == pytest.approx(0.038, abs=0.002)
+    policy._seen |= {(b, k) for b in range(3, 9) for k in (0, 3)}  # built by the warm-up
+    for b in range(3, 9):
+        policy.forced = 0
+        for _ in range(2):  # built already: no build, two ordinary rounds
+            policy.observe(np.zeros(b, dtype=int), np.zeros(b, dtype=int), 0.003)
+    assert policy.build_cost() == pytest.approx(0.038, abs=0.002)  # still what builds cost
