@@ -177,7 +177,7 @@ class DepthPolicy:
         self._rounds += 1
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
-        self._count_acceptance(draft_counts, num_accepted)
+        self._count_acceptance(draft_counts, num_accepted, k)
         if self._one_off(B, k, step_time_s):
             self._one_offs[(B, k)] = self._one_offs.get((B, k), 0) + 1
             self._seen.add((B, k))  # it paid the shape's one-time costs
@@ -207,7 +207,14 @@ class DepthPolicy:
         while len(self._rows) > self.window:
             self._rows.popleft()
 
-    def _count_acceptance(self, draft_counts: np.ndarray, num_accepted: np.ndarray) -> None:
+    def _count_acceptance(self, draft_counts: np.ndarray, num_accepted: np.ndarray, k: int) -> None:
+        if k == 0:  # nothing drafted, nothing to count: only the forgetting (a plain round's
+            # host time matters most where drafting does not pay)
+            self._tried *= self.decay
+            self._hit *= self.decay
+            self._drafted *= self.decay
+            self._accepted *= self.decay
+            return
         # Position j was tried by rows that drafted more than j tokens and had the j before it
         # accepted; it was accepted by rows whose run reached past it.
         j = np.arange(self.max_depth)[None, :]  # [1, D]

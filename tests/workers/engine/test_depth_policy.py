@@ -432,3 +432,21 @@ def test_shapes_built_before_traffic_set_no_build_cost():
         for _ in range(2):  # built already: no build, two ordinary rounds
             policy.observe(np.zeros(b, dtype=int), np.zeros(b, dtype=int), 0.003)
     assert policy.build_cost() == pytest.approx(0.038, abs=0.002)  # still what builds cost
+
+
+def test_plain_rounds_only_forget_acceptance_evidence():
+    """A round that drafted nothing adds no evidence (its host time is kept small: it is the
+    round run where drafting does not pay); the evidence still fades per round."""
+    policy = DepthPolicy(max_depth=3)
+    for _ in range(5):
+        policy.observe(np.full(4, 3), np.array([3, 2, 0, 1]), 0.01)
+    before = (policy._tried.copy(), policy._hit.copy(), policy._drafted, policy._accepted)
+    for _ in range(10):
+        policy.observe(np.zeros(4, dtype=int), np.zeros(4, dtype=int), 0.005)
+    fade = policy.decay**10
+    assert policy._tried == pytest.approx(before[0] * fade)
+    assert policy._hit == pytest.approx(before[1] * fade)
+    assert (policy._drafted, policy._accepted) == pytest.approx(
+        (before[2] * fade, before[3] * fade)
+    )
+    assert policy.acceptance() == pytest.approx(before[1] / before[0])  # the estimate holds
