@@ -109,6 +109,15 @@ class DepthPolicy:
     # (no cost ratio known up front) is not probed again.
     one_off_factor: float = 8.0
     one_off_max: int = 0
+    # Where one-offs are set aside (one_off_max > 0), a round also is one if it costs more
+    # than `spike_factor` times the median of its depth's rounds at this batch size or a
+    # larger one (a round of fewer rows costs no more), unless the round before it at this
+    # shape was one too (a cost that stays is the shape's). MLX CUDA builds attention for
+    # each new span a window reads (50-100 ms against 4-7 ms rounds, H200, trained hybrid,
+    # B=8): counted, they put a draining batch's small shapes at 30-60 ms a drafting round
+    # and the second wave of every 16-prompt job decoded plainly. A shape stays dear until
+    # one of its rounds costs as it did before.
+    spike_factor: float = 4.0
     # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
     # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
     min_evidence: int = 16
@@ -157,6 +166,7 @@ class DepthPolicy:
     _warm: dict = field(default_factory=dict)  # (B, k) -> the warm-up's median seconds
     _warm_error: dict = field(default_factory=dict)  # (B, k) -> that median's relative error
     _one_offs: dict = field(default_factory=dict)  # (B, k) -> rounds set aside as one-offs
+    _spiked: set = field(default_factory=set)  # (B, k) whose last round was set aside a spike
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -178,6 +188,12 @@ class DepthPolicy:
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
         self._count_acceptance(draft_counts, num_accepted, k)
+        if self._spike(B, k, step_time_s):
+            self._spiked.add((B, k))
+            self._last_k = k
+            return
+        if step_time_s <= self.spike_factor * self._first.get((B, k), 0.0):
+            self._spiked.discard((B, k))  # back to its usual cost: a later spike is one again
         if self._one_off(B, k, step_time_s):
             self._one_offs[(B, k)] = self._one_offs.get((B, k), 0) + 1
             self._seen.add((B, k))  # it paid the shape's one-time costs
@@ -224,6 +240,22 @@ class DepthPolicy:
         self._hit = self._hit * self.decay + (j < acc).sum(0)
         self._drafted = self._drafted * self.decay + float(draft_counts.sum())
         self._accepted = self._accepted * self.decay + float(num_accepted.sum())
+
+    def _spike(self, batch_size: int, k: int, step_time_s: float) -> bool:
+        """Whether this round cost over `spike_factor` times its depth's typical round at this
+        batch size or a larger one, this shape's rounds at their usual cost since its last
+        spike."""
+        if not self.one_off_max or (batch_size, k) in self._spiked:
+            return False
+        fastest = self._first.get((batch_size, k))
+        if fastest is not None and step_time_s <= self.spike_factor * fastest:
+            return False  # within reach of this shape's fastest round: no scan (most rounds)
+        by_size: dict[int, list[float]] = {}
+        for b, j, t in self._rows:
+            if j == k and b >= batch_size:
+                by_size.setdefault(b, []).append(t)
+        typical = [float(np.median(ts)) for ts in by_size.values() if len(ts) >= 2]
+        return bool(typical) and step_time_s > self.spike_factor * min(typical)
 
     def _one_off(self, batch_size: int, k: int, step_time_s: float) -> bool:
         """Whether this round paid a one-time cost far beyond any round of its depth (see
