@@ -10,7 +10,7 @@ as the mask would. On an H200 (32 query heads, 8 KV heads, head dim 128, bf16) o
 masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. A wider window re-reads
 the keys once per query: at 5 queries it won up to 128 slots (B=1/8/32: 15 / 32 / 71 us
 against 32 / 42 / 93 masked) and lost from 1024 on (B=8: 165 against 91 us), so windows of up
-to 8 tokens are routed here only while they read at most WIDE_MAX_SLOTS slots. (Grouping a KV
+to 8 tokens are routed here only while they read few slots or few keys in all (WIDE_MAX_SLOTS). (Grouping a KV
 head's query rows in one block, and splitting keys across blocks, still lost at 5 queries from
 1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
 
@@ -87,7 +87,16 @@ _SOURCE = r"""
   }
 """
 NUM_WARPS = 4
-WIDE_MAX_SLOTS = 256  # slots a window of 2-8 tokens may read through the kernel (see above)
+# Windows of 2-8 tokens take the kernel over at most WIDE_MAX_SLOTS slots (it won at every
+# size measured there), and up to WIDE_LONG_SLOTS while its key reads (rows x query heads x
+# window x slots x head dim) stay under WIDE_MAX_READS: a block walks a row's keys alone, so
+# past that the masked path's parallelism wins (32 query heads of 128: B=1 at 1152 slots won,
+# 23.6M; B=8, 189M, lost 165 against 91 us). Every span the masked path reads is also a new
+# shape for MLX CUDA to build, 50-100 ms a round (H200, trained hybrid, 8 query heads of 64:
+# three to five such builds a 16-prompt job at B=8), which the kernel never pays.
+WIDE_MAX_SLOTS = 256
+WIDE_LONG_SLOTS = 1024
+WIDE_MAX_READS = 48 * 2**20
 _kernel: Any = None
 _scales: dict[float, mx.array] = {}  # one device scalar per softmax scale, not one per call
 
@@ -130,11 +139,14 @@ def ragged_window_attention(
 
 
 def serves(q: mx.array, k: mx.array, sinks: object) -> bool:
-    """A step this kernel computes, and faster than MLX: one token, or a window of up to 8 over
-    at most WIDE_MAX_SLOTS slots; half precision; a head dim the lanes can split."""
-    W = q.shape[2]
+    """A step this kernel computes, and faster than MLX: one token, or a window of up to 8
+    over few slots or few key reads (WIDE_MAX_SLOTS, above); half precision; a head dim the
+    lanes can split."""
+    B, HQ, W, D = q.shape
+    S = k.shape[2]
+    short = S <= WIDE_MAX_SLOTS or (S <= WIDE_LONG_SLOTS and B * HQ * W * S * D <= WIDE_MAX_READS)
     return (
-        (W == 1 or (W <= 8 and k.shape[2] <= WIDE_MAX_SLOTS))
+        (W == 1 or (W <= 8 and short))
         and sinks is None
         and q.dtype in (mx.bfloat16, mx.float16)
         and k.dtype == q.dtype

@@ -106,15 +106,25 @@ def test_sliding_window_layers_never_take_the_kernel(cuda_like):
 
 def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_faster():
     def ask(
-        W: int = 1, D: int = 128, dtype=mx.bfloat16, hq: int = 32, hk: int = 8, S: int = 40
+        W: int = 1,
+        D: int = 128,
+        dtype=mx.bfloat16,
+        hq: int = 32,
+        hk: int = 8,
+        S: int = 40,
+        B: int = 2,
     ) -> bool:
-        q, k = mx.zeros((2, hq, W, D), dtype), mx.zeros((2, hk, S, D), dtype)
+        q, k = mx.zeros((B, hq, W, D), dtype), mx.zeros((B, hk, S, D), dtype)
         return attention_cuda.serves(q, k, None)
 
     wide = attention_cuda.WIDE_MAX_SLOTS
     assert ask() and ask(D=64) and ask(dtype=mx.float16) and ask(hq=8) and ask(S=4 * wide)
     assert ask(W=5) and ask(W=8, S=wide)
-    assert not ask(W=5, S=wide + 1) and not ask(W=9)
+    assert ask(W=8, S=wide, B=64) and not ask(W=9)
+    # past WIDE_MAX_SLOTS while the key reads stay few (no span builds there): the trained
+    # hybrid's 8 heads of 64 at B=16, 32 heads of 128 at B=1, not at B=8 (the kernel lost)
+    assert ask(W=4, hq=8, hk=2, D=64, S=1024, B=16) and not ask(W=4, hq=8, hk=2, D=64, S=1152)
+    assert ask(W=5, S=1024, B=1) and not ask(W=5, S=wide + 128, B=8)
     assert not ask(D=80) and not ask(dtype=mx.float32) and not ask(hq=12)
     q = mx.zeros((2, 32, 1, 128), mx.bfloat16)
     assert not attention_cuda.serves(q, mx.zeros((2, 8, 40, 128), mx.bfloat16), mx.zeros(32))
