@@ -203,7 +203,7 @@ class DepthPolicy:
         if switched and self._count.get((B, k), 0) >= 2:
             typical = [t for b, j, t in self._rows if (b, j) == (B, k)]
             if typical:
-                self._switch.append(max(0.0, step_time_s - float(np.median(typical))))
+                self._switch.append(max(0.0, step_time_s - median(typical)))
         self._last_k = k
         if switched and self.run > 1 and (B, k) in self._seen:
             self._count[(B, k)] = self._count.get((B, k), 0) + 1
@@ -254,7 +254,7 @@ class DepthPolicy:
         for b, j, t in self._rows:
             if j == k and b >= batch_size:
                 by_size.setdefault(b, []).append(t)
-        typical = [float(np.median(ts)) for ts in by_size.values() if len(ts) >= 2]
+        typical = [median(ts) for ts in by_size.values() if len(ts) >= 2]
         return bool(typical) and step_time_s > self.spike_factor * min(typical)
 
     def _one_off(self, batch_size: int, k: int, step_time_s: float) -> bool:
@@ -268,7 +268,7 @@ class DepthPolicy:
         plain = [t for b, j, t in self._rows if b == batch_size and j == 0]
         if not plain:
             return False
-        most = float(np.median(plain)) * (1 + k + self.hopeless_ratio * k)
+        most = median(plain) * (1 + k + self.hopeless_ratio * k)
         return step_time_s > self.one_off_factor * most
 
     def acceptance(self) -> np.ndarray:
@@ -345,7 +345,7 @@ class DepthPolicy:
         by_cell: dict[tuple[int, int], list[float]] = {}
         for B, k, t in self._rows:
             by_cell.setdefault((B, k), []).append(t)
-        return {cell: float(np.median(ts)) for cell, ts in by_cell.items()}
+        return {cell: median(ts) for cell, ts in by_cell.items()}
 
     def choose(self, batch_size: int) -> int:
         """The depth cap for the next round of `batch_size` rows (the same answer if asked
@@ -489,12 +489,12 @@ class DepthPolicy:
         """Relative standard error of the (batch_size, k) cost median: with < 3 live rounds the
         warm-up's, else 0 (too few rounds to tell: `min_gain` alone decides, as a cold
         bucket's probe of two rounds per depth must)."""
-        ts = np.array([t for b, j, t in self._rows if b == batch_size and j == k])
+        ts = [t for b, j, t in self._rows if b == batch_size and j == k]
         if len(ts) < LIVE_ROUNDS:
             return float(self._warm_error.get((batch_size, k), 0.0))
-        med = float(np.median(ts))
-        mad = float(np.median(np.abs(ts - med)))
-        return 1.2533 * 1.4826 * mad / max(med, 1e-12) / np.sqrt(len(ts))
+        med = median(ts)
+        mad = median([abs(t - med) for t in ts])
+        return 1.2533 * 1.4826 * mad / max(med, 1e-12) / float(np.sqrt(len(ts)))
 
     def depths(self) -> list[int]:
         """The depths worth measuring and choosing (see `extremes_only`)."""
@@ -502,7 +502,7 @@ class DepthPolicy:
 
     def build_cost(self) -> float:
         """Seconds a shape's first round costs beyond its second (median of recent shapes)."""
-        return float(np.median(self._build)) if len(self._build) >= 2 else 0.0
+        return median(self._build) if len(self._build) >= 2 else 0.0
 
     def observe_row(self, drafted: int, accepted: int) -> None:
         """A row finished having proposed `drafted` draft tokens and had `accepted` accepted."""
@@ -511,7 +511,7 @@ class DepthPolicy:
 
     def switch_cost(self) -> float:
         """Seconds a change of depth costs beyond its round (median of recent switches)."""
-        return float(np.median(self._switch)) if len(self._switch) >= 2 else 0.0
+        return median(self._switch) if len(self._switch) >= 2 else 0.0
 
     def _rates(self, batch_size: int, switching_from: int | None = None) -> np.ndarray:
         """[max_depth + 1] predicted tokens per second of each depth; `switching_from` (the
@@ -618,6 +618,18 @@ class DepthPolicy:
             return False
         self._explore_loss += loss
         return True
+
+
+def median(values: Sequence[float]) -> float:
+    """np.median of a short list, without numpy's per-call overhead: the policy takes one per
+    (B, k) cell per choice, ~27 us each through numpy (a drain choice over 38 cells took 1.2 ms
+    of a 2.8 ms round's host time on the H200's machine)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -295,3 +295,14 @@ def test_plain_rounds_only_forget_acceptance_evidence():
         (before[2] * fade, before[3] * fade)
     )
     assert policy.acceptance() == pytest.approx(before[1] / before[0])  # the estimate holds
+
+
+def test_the_policys_median_is_numpys():
+    from workers.depth_policy import median
+
+    rng = np.random.default_rng(7)
+    for n in range(1, 40):
+        values = rng.exponential(0.003, n).tolist()
+        assert median(values) == pytest.approx(float(np.median(values)), rel=1e-12)
+    with pytest.raises(ValueError):
+        median([])
