@@ -10,11 +10,10 @@ per second for the running batch of B rows:
     rate(k) = B * (1 + sum_{i=1..k} prod_{j<=i} c_j) / time(B, k)
 
 c_j is the acceptance at draft position j given that position j-1 was accepted. time(B, k) is
-the engine step's measured wall time (prefill excluded) at that batch size and depth: the
-median of the recent rounds of that (B, k) (the first round of every shape is dropped: it pays
-one-time costs such as a GPU backend building kernels for the new shape, ~40 ms each on MLX
-CUDA), else a least-squares fit over those per-shape medians on [1, B, k > 0, k, B*k] (verify width k+1 on B rows; a drafter's fixed cost per round, e.g. an
-MTP head folding in the last verify's hidden states, and its cost per step). Whole-step time,
+the engine step's measured wall time (prefill excluded) at that batch size and depth
+(workers/round_costs.py): the median of the recent rounds of that (B, k) (the first round of
+every shape is dropped: it pays one-time costs such as a GPU backend building kernels for the
+new shape, ~40 ms each on MLX CUDA), else a least-squares fit over those medians. Whole-step time,
 not per-phase time: what a depth costs includes its bookkeeping, which a per-phase model
 misattributes. Drafting is chosen only for a predicted gain above `min_gain` over depth 0: on
 a thin margin the policy decodes plainly, which cannot lose.
@@ -61,21 +60,14 @@ from workers.drain import (
     population_scales,
     rows_expected_tokens,
 )
-
-LIVE_ROUNDS = 3  # live rounds of a shape before its median replaces the warm-up's
-
-
-def expected_tokens(cond_accept: np.ndarray, depth: int) -> float:
-    """Tokens one row emits with `depth` drafts: the bonus token plus the accepted run."""
-    return 1.0 + float(np.cumprod(cond_accept[:depth]).sum())
-
-
-def fit_linear(features: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares coefficients of y ~ features @ coef ([N, F] -> [F]); zeros without data."""
-    if len(y) == 0:
-        return np.zeros(features.shape[1])
-    coef, *_ = np.linalg.lstsq(features, y, rcond=None)
-    return np.asarray(coef)
+from workers.round_costs import (
+    LIVE_ROUNDS,
+    blend_warm,
+    cell_medians,
+    cost_table,
+    expected_tokens,
+    median,
+)
 
 
 @dataclass
@@ -291,61 +283,11 @@ class DepthPolicy:
 
     def _round_costs_for(self, sizes: Sequence[int]) -> np.ndarray:
         """[len(sizes), max_depth + 1] `round_costs` of each batch size, from one fit."""
-        cells = self._cells()  # {(B, k): median seconds}: robust to one-off spikes
-        depths = np.arange(self.max_depth + 1, dtype=np.float64)
-        if not cells:
-            return np.zeros((len(sizes), len(depths)))
-        keys = np.array(list(cells), dtype=np.float64)  # [C, 2]
-        coef = fit_linear(_features(keys[:, 0], keys[:, 1]), np.array(list(cells.values())))
-        grid_b = np.repeat(np.asarray(sizes, dtype=np.float64), len(depths))  # [S * (D + 1)]
-        grid_k = np.tile(depths, len(sizes))
-        fits = np.maximum(0.0, _features(grid_b, grid_k) @ coef).reshape(len(sizes), -1)
-        out = np.empty((len(sizes), len(depths)))
-        for i, batch_size in enumerate(sizes):
-            fitted = fits[i]
-            costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(len(depths))])
-            # A shape seen only once (its first round) costs that round's time. An unseen depth
-            # is never cheaper than the deepest seen depth m below it plus m's own last step
-            # for every step beyond m (extrapolation cannot pick a depth it has never timed).
-            floor, step, last = 0.0, 0.0, -1
-            for k in range(len(depths)):
-                if (batch_size, k) not in cells and (batch_size, k) in self._first:
-                    costs[k] = self._first[(batch_size, k)]
-                if (batch_size, k) in cells or (batch_size, k) in self._first:
-                    if last == k - 1 and k > 0:
-                        step = max(0.0, costs[k] - costs[k - 1])
-                    floor, last = max(floor, costs[k]), k
-                else:
-                    costs[k] = max(costs[k], floor + step * (k - last))
-            out[i] = costs
-        return out
+        return cost_table(self._cells(), self._first, sizes, self.max_depth)
 
     def _cells(self) -> dict[tuple[int, int], float]:
-        """Live cost medians, and the warm-up's where a shape has run live fewer than
-        `LIVE_ROUNDS` times since, scaled by how much dearer plain rounds of that size are live
-        than they were in the warm-up (longer contexts, a busier machine: seen 12-19% on two
-        contended CPU cores, where unscaled warm-up costs put depth 2 ahead of plain at B=16
-        and it then ran 13% dearer). So a cell's value and its error (`_median_error`) always
-        come from the same rounds: one noisy live round does not replace a warm-up cell."""
-        live = self._cell_medians()
-        if not self._warm:
-            return live
-        counts: dict[tuple[int, int], int] = {}
-        for b, k, _ in self._rows:
-            counts[(b, k)] = counts.get((b, k), 0) + 1
-        cells = {c: t for c, t in live.items() if c not in self._warm or counts[c] >= LIVE_ROUNDS}
-        for (b, k), t in self._warm.items():
-            if (b, k) not in cells:
-                warm0 = float(self._warm.get((b, 0), 0.0))
-                plain_live = counts.get((b, 0), 0) >= LIVE_ROUNDS and warm0 > 0
-                cells[(b, k)] = t * (live[(b, 0)] / warm0 if plain_live else 1.0)
-        return cells
-
-    def _cell_medians(self) -> dict[tuple[int, int], float]:
-        by_cell: dict[tuple[int, int], list[float]] = {}
-        for B, k, t in self._rows:
-            by_cell.setdefault((B, k), []).append(t)
-        return {cell: median(ts) for cell, ts in by_cell.items()}
+        """Live cost medians, blended with the warm-up's (workers/round_costs.py `blend_warm`)."""
+        return blend_warm(self._rows, self._warm)
 
     def choose(self, batch_size: int) -> int:
         """The depth cap for the next round of `batch_size` rows (the same answer if asked
@@ -433,7 +375,7 @@ class DepthPolicy:
         them nor waits for a probe to know whether rows joining there need what a drafter
         prepares (`settled_plain`)."""
         self.forced = None
-        self._warm = self._cell_medians()
+        self._warm = cell_medians(self._rows)
         self._warm_error = {cell: self._median_error(*cell) for cell in self._warm}
         self._rows.clear()  # live medians start from live rounds (see `_cells`)
         weight = min(1.0, self.min_evidence / max(float(self._tried[0]), 1.0))
@@ -618,20 +560,3 @@ class DepthPolicy:
             return False
         self._explore_loss += loss
         return True
-
-
-def median(values: Sequence[float]) -> float:
-    """np.median of a short list, without numpy's per-call overhead: the policy takes one per
-    (B, k) cell per choice, ~27 us each through numpy (a drain choice over 38 cells took 1.2 ms
-    of a 2.8 ms round's host time on the H200's machine)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        raise ValueError("median of no values")
-    mid = n // 2
-    return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
-
-
-def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """[N, 5]: intercept, rows, drafting at all, draft steps, row-steps (verify width and drafts)."""
-    return np.stack([np.ones_like(B), B, (k > 0).astype(np.float64), k, B * k], axis=1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.depth_policy import DepthPolicy, expected_tokens, fit_linear
+from workers.depth_policy import DepthPolicy
+from workers.round_costs import expected_tokens, fit_linear
 
 
 class SimulatedMachine:
@@ -298,7 +299,7 @@ def test_plain_rounds_only_forget_acceptance_evidence():
 
 
 def test_the_policys_median_is_numpys():
-    from workers.depth_policy import median
+    from workers.round_costs import median
 
     rng = np.random.default_rng(7)
     for n in range(1, 40):

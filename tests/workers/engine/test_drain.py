@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.depth_policy import DepthPolicy, expected_tokens
+from workers.depth_policy import DepthPolicy
 from workers.drain import (
     DrainingRows,
     accept_scale,
@@ -15,6 +15,7 @@ from workers.drain import (
     population_scales,
     rows_expected_tokens,
 )
+from workers.round_costs import expected_tokens
 
 
 def test_drain_seconds_equals_running_the_rounds_one_by_one():
