@@ -1,6 +1,6 @@
 """RESULTS.md's first section: issue 11's speed targets, each read from the newest result that
-measures it (bench/results/s29/README.md, s30/README.md and their siblings say how each was run); a target's
-status is computed from those numbers."""
+measures it (bench/results/s29/, s30/ and s31/README.md and their siblings say how each was
+run); a target's status is computed from those numbers."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def targets_section() -> list[str]:
     cpu, real = _load("engine_cpu.json"), _load("s28/engine_real_cpu.json")
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6, g1 = _load("s29/gpu_6b_final.json"), _load("s29/gpu_1b_final.json")
-    demo = _load("s30/demo_ab_cpu_s29_vs_edf87c7.json")
-    p5, p5a = _load("s29/p5_final.json"), _load("s30/p5_adaptive_served.json")
+    demo = _load("s31/demo_ab_cpu_d95c6bf_vs_cb22ee6_2.json")
+    p5, p5a = _load("s29/p5_final.json"), _load("s31/pooled_p5_h200_D_final.json")
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
     )
@@ -91,7 +91,7 @@ def targets_section() -> list[str]:
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
         "bf16). Why the missed ones are missed: bench/results/s29/README.md, "
-        "bench/results/s30/README.md and the stop notes.",
+        "bench/results/s30/README.md, bench/results/s31/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",
