@@ -28,15 +28,15 @@ from workers import routes
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.drafters.base import Drafter, Proposal
-from workers.drafting import attach_drafter, joining_tail, propose_round
-from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
+from workers.drafting import attach_drafter, propose_round
 from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
+from workers.membership import Membership
 from workers.pipeline import Flight, last_tokens, settle_before
-from workers.prefill_job import Prefill, pick_joining, prompt_hidden, start_prefill
+from workers.prefill_job import Prefill
 from workers.prefix_cache import PrefixCache
 from workers.row_factory import RowFactory
 from workers.rows import Row, emit_round
@@ -52,7 +52,7 @@ from workers.verify import Verdict, greedy_outcome, token_logprobs, verify_greed
 from workers.warm_up import warm_up
 
 
-class Engine:
+class Engine(Membership):
     def __init__(
         self,
         model: LanguageModel,
@@ -315,27 +315,6 @@ class Engine:
             self.pad_verify,
         )  # fmt: skip
 
-    def _show_job_end(self) -> None:
-        """Before the step's first `choose`: if the policy weighs depths afresh and the job's
-        end is in sight (no request arrived for QUIET_STEPS steps, at most JOB_TAIL_ROWS wait
-        per running row), show it the rows still to run (workers/drain.py); else nothing, and
-        tokens per second decide. A lone row with none to follow is no tail: finishing it
-        soonest is decoding it fastest."""
-        policy = self.depth_policy
-        if policy is None:
-            return
-        policy.drain = None
-        B = len(self.rows)
-        if not B or self._quiet_steps < QUIET_STEPS or not policy.deciding(B):
-            return
-        if len(self.waiting) > JOB_TAIL_ROWS * B:
-            return
-        joining = list(self._prefill.rows) if self._prefill else []
-        tail = joining + list(self.waiting)  # in the order they join
-        if B + len(tail) > 1:
-            free = max(0, self.config.max_batch_size - B)  # joiners take these at once
-            policy.drain = DrainingRows.of(self.rows, tail, free_slots=free)
-
     def _verify(self, proposal: Proposal, sampling: RoundSampling | None = None) -> Verdict:
         last = mx.array(np.array([r.history[-1] for r in self.rows], dtype=np.int32))
         window = self._window(last, proposal)  # [B, K+1]
@@ -364,101 +343,3 @@ class Engine:
             self.model, self.cache, window, valid, self._post_norm
         )
         return logits
-
-    # -- membership -----------------------------------------------------------------------------
-    def _take_new_work(self) -> list[RequestOutput]:
-        with self._lock:
-            inbox, self._inbox = self._inbox, deque()
-        events = []
-        self._quiet_steps += 1
-        for kind, item in inbox:
-            if kind == "add":
-                assert isinstance(item, Row)
-                self.waiting.append(item)
-                self._quiet_steps = 0
-            else:
-                events += self._abort_now(str(item))
-        return events
-
-    def _abort_now(self, request_id: str) -> list[RequestOutput]:
-        for row in self.rows:
-            if row.request_id == request_id and not row.is_finished:
-                row.finish_reason = "abort"  # the round-end sweep drops it and emits the event
-                return []
-        for row in self._prefill.rows if self._prefill else []:
-            if row.request_id == request_id and not row.is_finished:
-                row.finish_reason = "abort"  # dropped (with its event) once its prefill joins
-                return []
-        for row in list(self.waiting):
-            if row.request_id == request_id:
-                self.waiting.remove(row)
-                row.finish_reason = "abort"
-                self._forget(row.request_id)
-                event = row.take_event()
-                return [event] if event else []
-        return []  # unknown or already finished: aborting is idempotent
-
-    def _admit(self, stats: RoundStats) -> None:
-        """Prefill joining rows one chunk per step while others decode, then join them.
-
-        Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
-        with nothing running, the whole prompt goes through at once.
-        """
-        if self._prefill is None:
-            joining = pick_joining(
-                self.waiting, self.rows, self._reserve, self.kv_budget,
-                self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
-            )  # fmt: skip
-            if not joining:
-                return
-            tail = joining_tail(
-                self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
-            )
-            self._prefill = start_prefill(
-                self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
-            )
-        p = self._prefill
-        t0 = time.perf_counter()
-        done = p.advance(
-            self.model, self.config.prefill_step_size, self._post_norm,
-            one_chunk=bool(self.rows),
-        )  # fmt: skip
-        stats.time_prefill_s = time.perf_counter() - t0
-        if not done:
-            return
-        self._prefill = None
-        stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
-        hidden = prompt_hidden(p) if self._needs_hidden else None
-        for i, r in enumerate(p.rows):
-            self.prefix_cache.insert(r.history[:-1], p.cache, i, *p.row_hidden(i))
-        stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
-        stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
-        self.cache.append(p.cache)
-        if self.drafter is not None:
-            self.drafter.add_rows([r.history for r in p.rows], hidden)
-        self.rows.extend(p.rows)
-
-    def _drop_finished(self) -> list[RequestOutput]:
-        """Remove finished rows from the batch; returns the events they have not sent yet."""
-        keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
-        if len(keep) == len(self.rows):
-            return []
-        events = []
-        for r in self.rows:
-            if r.is_finished:
-                self._forget(r.request_id)
-                events.append(r.take_event())
-                if self.depth_policy is not None and r.finish_reason != "abort":
-                    self.depth_policy.observe_row(r.num_draft_tokens, r.num_accepted_tokens)
-        self.rows = [self.rows[i] for i in keep]
-        self.cache.keep_rows(keep)
-        if self.drafter is not None:
-            self.drafter.keep_rows(keep)
-        return [e for e in events if e is not None]
-
-    def _forget(self, request_id: str) -> None:
-        with self._lock:
-            self._live_ids.discard(request_id)
-
-    def _reserve(self, row: Row) -> int:
-        return self.row_factory.reserve(row.prompt_len, row.params)

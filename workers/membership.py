@@ -1,0 +1,168 @@
+"""The engine's membership: requests arriving and aborting, prompts prefilling and joining the
+running batch, finished rows leaving, and what a depth policy is shown of the rows still to run
+(workers/engine.py runs the rounds; this is the rest of its step).
+
+A mixin of `Engine`: the state it reads and writes is the engine's (declared below for type
+checkers), so tools that wrap an engine's methods by name (bench/round_split.py) still find them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from workers.config import EngineConfig
+from workers.depth_policy import DepthPolicy
+from workers.drafters.base import Drafter
+from workers.drafting import joining_tail
+from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
+from workers.kv_cache import BatchCache
+from workers.kv_quant import KVQuant
+from workers.language_model import LanguageModel
+from workers.prefill_job import Prefill, pick_joining, prompt_hidden, start_prefill
+from workers.prefix_cache import PrefixCache
+from workers.row_factory import RowFactory
+from workers.rows import Row
+from workers.types import RequestOutput, RoundStats
+
+
+class Membership:
+    config: EngineConfig
+    model: LanguageModel
+    cache: BatchCache
+    drafter: Drafter | None
+    depth_policy: DepthPolicy | None
+    kv_quant: KVQuant | None
+    kv_budget: int
+    row_factory: RowFactory
+    prefix_cache: PrefixCache
+    pad_verify: bool
+    _needs_hidden: bool
+    _post_norm: bool
+    _prefill: Prefill | None
+    _quiet_steps: int
+    rows: list[Row]
+    waiting: deque[Row]
+    _inbox: deque[tuple[str, object]]
+    _lock: threading.Lock
+    _live_ids: set[str]
+
+    def _show_job_end(self) -> None:
+        """Before the step's first `choose`: if the policy weighs depths afresh and the job's
+        end is in sight (no request arrived for QUIET_STEPS steps, at most JOB_TAIL_ROWS wait
+        per running row), show it the rows still to run (workers/drain.py); else nothing, and
+        tokens per second decide. A lone row with none to follow is no tail: finishing it
+        soonest is decoding it fastest."""
+        policy = self.depth_policy
+        if policy is None:
+            return
+        policy.drain = None
+        B = len(self.rows)
+        if not B or self._quiet_steps < QUIET_STEPS or not policy.deciding(B):
+            return
+        if len(self.waiting) > JOB_TAIL_ROWS * B:
+            return
+        joining = list(self._prefill.rows) if self._prefill else []
+        tail = joining + list(self.waiting)  # in the order they join
+        if B + len(tail) > 1:
+            free = max(0, self.config.max_batch_size - B)  # joiners take these at once
+            policy.drain = DrainingRows.of(self.rows, tail, free_slots=free)
+
+    # -- membership -----------------------------------------------------------------------------
+    def _take_new_work(self) -> list[RequestOutput]:
+        with self._lock:
+            inbox, self._inbox = self._inbox, deque()
+        events = []
+        self._quiet_steps += 1
+        for kind, item in inbox:
+            if kind == "add":
+                assert isinstance(item, Row)
+                self.waiting.append(item)
+                self._quiet_steps = 0
+            else:
+                events += self._abort_now(str(item))
+        return events
+
+    def _abort_now(self, request_id: str) -> list[RequestOutput]:
+        for row in self.rows:
+            if row.request_id == request_id and not row.is_finished:
+                row.finish_reason = "abort"  # the round-end sweep drops it and emits the event
+                return []
+        for row in self._prefill.rows if self._prefill else []:
+            if row.request_id == request_id and not row.is_finished:
+                row.finish_reason = "abort"  # dropped (with its event) once its prefill joins
+                return []
+        for row in list(self.waiting):
+            if row.request_id == request_id:
+                self.waiting.remove(row)
+                row.finish_reason = "abort"
+                self._forget(row.request_id)
+                event = row.take_event()
+                return [event] if event else []
+        return []  # unknown or already finished: aborting is idempotent
+
+    def _admit(self, stats: RoundStats) -> None:
+        """Prefill joining rows one chunk per step while others decode, then join them.
+
+        Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
+        with nothing running, the whole prompt goes through at once.
+        """
+        if self._prefill is None:
+            joining = pick_joining(
+                self.waiting, self.rows, self._reserve, self.kv_budget,
+                self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
+            )  # fmt: skip
+            if not joining:
+                return
+            tail = joining_tail(
+                self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
+            )
+            self._prefill = start_prefill(
+                self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
+            )
+        p = self._prefill
+        t0 = time.perf_counter()
+        done = p.advance(
+            self.model, self.config.prefill_step_size, self._post_norm,
+            one_chunk=bool(self.rows),
+        )  # fmt: skip
+        stats.time_prefill_s = time.perf_counter() - t0
+        if not done:
+            return
+        self._prefill = None
+        stats.num_prefill_tokens = sum(r.prompt_len for r in p.rows)  # counted once, on joining
+        hidden = prompt_hidden(p) if self._needs_hidden else None
+        for i, r in enumerate(p.rows):
+            self.prefix_cache.insert(r.history[:-1], p.cache, i, *p.row_hidden(i))
+        stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
+        stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
+        self.cache.append(p.cache)
+        if self.drafter is not None:
+            self.drafter.add_rows([r.history for r in p.rows], hidden)
+        self.rows.extend(p.rows)
+
+    def _drop_finished(self) -> list[RequestOutput]:
+        """Remove finished rows from the batch; returns the events they have not sent yet."""
+        keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
+        if len(keep) == len(self.rows):
+            return []
+        events = []
+        for r in self.rows:
+            if r.is_finished:
+                self._forget(r.request_id)
+                events.append(r.take_event())
+                if self.depth_policy is not None and r.finish_reason != "abort":
+                    self.depth_policy.observe_row(r.num_draft_tokens, r.num_accepted_tokens)
+        self.rows = [self.rows[i] for i in keep]
+        self.cache.keep_rows(keep)
+        if self.drafter is not None:
+            self.drafter.keep_rows(keep)
+        return [e for e in events if e is not None]
+
+    def _forget(self, request_id: str) -> None:
+        with self._lock:
+            self._live_ids.discard(request_id)
+
+    def _reserve(self, row: Row) -> int:
+        return self.row_factory.reserve(row.prompt_len, row.params)
