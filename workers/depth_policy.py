@@ -36,7 +36,7 @@ two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H
 drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
 Near a job's end (no arrivals lately, few waiting) tokens per second no longer decide: the batch drains
 and its slowest rows set its time, so the policy then picks the depth that finishes the
-running and waiting rows soonest (`drain`, workers/drain.py). On MLX CUDA, depths are probed
+running and waiting rows soonest (`job_view`, workers/drain.py). On MLX CUDA, depths are probed
 and explored in runs of `run` rounds, and rounds that paid a compile are set aside
 (`one_off_max`).
 A serving engine runs every bucket's warm-up before traffic, on synthetic prompts
@@ -48,7 +48,7 @@ plain rounds since (`_cells`), and a predicted gain must also clear the medians'
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -122,11 +122,12 @@ class DepthPolicy:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
     # where depth 3 held costs 4.6 ms against 2.5 ms plain, so drafting was never chosen.
     run: int = 1
-    # The running rows and those still to join them when the job's end is in sight (the
-    # engine sets it before choosing; None: requests keep arriving, or many wait). Then the
-    # depth that finishes them all soonest is chosen (workers/drain.py), each row's own
-    # acceptance shrunk by `drain_prior` draft tokens to what finished rows spread.
-    drain: DrainingRows | None = None
+    # The running rows and those still to join them when the job's end is in sight, built
+    # when asked (the engine's `_job_view`; None: requests keep arriving, or many wait). A
+    # choice made afresh asks, and then picks the depth that finishes them all soonest
+    # (workers/drain.py), each row's own acceptance shrunk by `drain_prior` draft tokens to
+    # what finished rows spread. Asked only then: a view costs O(B + W) rows' reads.
+    job_view: Callable[[], DrainingRows | None] | None = None
     drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
     forced: int | None = None
@@ -314,12 +315,8 @@ class DepthPolicy:
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        drain = (
-            self.drain
-            if self.drain is not None and len(self.drain.remaining) == batch_size
-            else None
-        )
-        if drain is not None:
+        drain = self.job_view() if self.job_view is not None else None
+        if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=depth)
         else:
             rates = self._rates(batch_size, switching_from=depth)
@@ -328,16 +325,6 @@ class DepthPolicy:
                 best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
         return best
-
-    def deciding(self, batch_size: int) -> bool:
-        """Whether `choose(batch_size)` may weigh the depths afresh this round (not forced,
-        not probing, no recent choice to reuse): only then is a job's view worth building."""
-        if self.hopeless or self.forced is not None:
-            return False
-        if int(batch_size).bit_length() not in self._probed:
-            return False
-        at = self._chosen.get(batch_size, (-self.refresh_every, 0))[0]
-        return self._rounds - at >= self.refresh_every
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
         """The depth that finishes the running and waiting rows soonest (workers/drain.py),
@@ -385,7 +372,6 @@ class DepthPolicy:
         # (workers/drain.py): read against it, the single stream's first request looked 0.73x
         # as good as the rows before it and decoded plainly, where drafting ran it 1.34x.
         self._drafted = self._accepted = 0.0
-        self.drain = None  # the warm-up's rows are gone
         self._probed |= {int(b).bit_length() for b in sizes}
         self._chosen.clear()
         self._switch.clear()  # interleaved rounds, each a switch: live switches measure it
@@ -403,7 +389,7 @@ class DepthPolicy:
         settings = {
             f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name[0] != "_"
         }
-        settings.update(forced=None, drain=None)
+        settings.update(forced=None)
         kept = {"_seen": self._seen, "_build": self._build, "_switch": self._switch}
         self.__dict__.update(type(self)(**settings).__dict__)
         self.__dict__.update(kept)

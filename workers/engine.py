@@ -98,6 +98,8 @@ class Engine(Membership):
         drafter = self.drafter = attached.drafter
         self._needs_hidden, self._post_norm = attached.needs_hidden, attached.post_norm
         self.depth_policy, self.drafter_off = attached.policy, attached.off
+        if self.depth_policy is not None:
+            self.depth_policy.job_view = self._job_view  # the job's end, built when weighed
         # Only where a depth policy reads each round's time, and only when a round's shape
         # changes (pipeline.settle_before): each wait costs the overlap of building a round with
         # the last one's tail (6% of a plain engine at B=1 on the CPU).
@@ -157,7 +159,6 @@ class Engine(Membership):
         events = self._take_new_work()
         stats = RoundStats()
         events += self._drop_finished()  # aborted rows leave before a round computes them
-        self._show_job_end()
         if (self.rows or self._flight) and self._pipelined():
             events += self._pipelined_step(stats)
         else:

@@ -48,26 +48,21 @@ class Membership:
     _lock: threading.Lock
     _live_ids: set[str]
 
-    def _show_job_end(self) -> None:
-        """Before the step's first `choose`: if the policy weighs depths afresh and the job's
-        end is in sight (no request arrived for QUIET_STEPS steps, at most JOB_TAIL_ROWS wait
-        per running row), show it the rows still to run (workers/drain.py); else nothing, and
-        tokens per second decide. A lone row with none to follow is no tail: finishing it
-        soonest is decoding it fastest."""
-        policy = self.depth_policy
-        if policy is None:
-            return
-        policy.drain = None
+    def _job_view(self) -> DrainingRows | None:
+        """What the depth policy weighs when it chooses afresh (`DepthPolicy.job_view`): once
+        the job's end is in sight (no request arrived for QUIET_STEPS steps, at most
+        JOB_TAIL_ROWS wait per running row), the rows still to run (workers/drain.py); else
+        None, and tokens per second decide. A lone row with none to follow is no tail:
+        finishing it soonest is decoding it fastest."""
         B = len(self.rows)
-        if not B or self._quiet_steps < QUIET_STEPS or not policy.deciding(B):
-            return
-        if len(self.waiting) > JOB_TAIL_ROWS * B:
-            return
+        if not B or self._quiet_steps < QUIET_STEPS or len(self.waiting) > JOB_TAIL_ROWS * B:
+            return None
         joining = list(self._prefill.rows) if self._prefill else []
         tail = joining + list(self.waiting)  # in the order they join
-        if B + len(tail) > 1:
-            free = max(0, self.config.max_batch_size - B)  # joiners take these at once
-            policy.drain = DrainingRows.of(self.rows, tail, free_slots=free)
+        if B + len(tail) <= 1:
+            return None
+        free = max(0, self.config.max_batch_size - B)  # joiners take these at once
+        return DrainingRows.of(self.rows, tail, free_slots=free)
 
     # -- membership -----------------------------------------------------------------------------
     def _take_new_work(self) -> list[RequestOutput]:

@@ -127,7 +127,8 @@ def run_job(
             else:
                 if mode == "job":
                     rows = (left[live].astype(float), drafted[live], accepted[live])
-                    policy.drain = DrainingRows(*rows, waiting=left[queue].astype(float))
+                    view = DrainingRows(*rows, waiting=left[queue].astype(float))
+                    policy.job_view = lambda view=view: view
                 k = policy.choose(len(live))
             counts = np.minimum(k, left[live] - 1)
             hits = rng.random((len(live), 3)) < accept[live]
@@ -257,7 +258,7 @@ def test_a_warm_ups_synthetic_rows_are_not_the_reference_live_rows_are_read_agai
     for _ in range(4):
         policy.observe(np.zeros(2, dtype=int), np.zeros(2, dtype=int), round_cost(2, 0))
     policy._chosen.clear()
-    policy.drain = DrainingRows(np.full(2, 60.0), drafted, accepted)
+    policy.job_view = lambda: DrainingRows(np.full(2, 60.0), drafted, accepted)
     assert policy.choose(2) == 3
 
 
