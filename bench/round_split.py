@@ -24,6 +24,7 @@ from typing import Any
 import mlx.core as mx
 
 import workers.engine as engine_module
+import workers.membership as membership_module
 import workers.pipeline as pipeline_module
 import workers.prefill_job as prefill_job
 from bench.peers import add_workload_args, heldout_prompts
@@ -87,8 +88,8 @@ def instrument(engine: Engine, parts: bool) -> Split:
     if engine.drafter is not None:
         split.wrap(engine.drafter, "commit", "drafter.commit")
     # A join's parts (inside _admit)
-    split.wrap(engine_module, "start_prefill", "admit: start_prefill")
-    split.wrap(engine_module, "prompt_hidden", "admit: prompt_hidden")
+    split.wrap(membership_module, "start_prefill", "admit: start_prefill")
+    split.wrap(membership_module, "prompt_hidden", "admit: prompt_hidden")
     split.wrap(prefill_class(), "advance", "admit: Prefill.advance")
     split.wrap(prefill_job, "prefill_chunk", "admit: prefill_chunk")
     split.wrap(engine.prefix_cache, "insert", "admit: prefix_cache.insert")
