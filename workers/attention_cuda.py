@@ -90,10 +90,12 @@ NUM_WARPS = 4
 # Windows of 2-8 tokens take the kernel over at most WIDE_MAX_SLOTS slots (it won at every
 # size measured there), and up to WIDE_LONG_SLOTS while its key reads (rows x query heads x
 # window x slots x head dim) stay under WIDE_MAX_READS: a block walks a row's keys alone, so
-# past that the masked path's parallelism wins (32 query heads of 128: B=1 at 1152 slots won,
-# 23.6M; B=8, 189M, lost 165 against 91 us). Every span the masked path reads is also a new
-# shape for MLX CUDA to build, 50-100 ms a round (H200, trained hybrid, 8 query heads of 64:
-# three to five such builds a 16-prompt job at B=8), which the kernel never pays.
+# past that the masked path's parallelism wins (32 query heads of 128 at 1152 slots: B=1,
+# 23.6M reads, won 32 against 36 us; B=8, 189M, lost 165 against 91 us). Past WIDE_LONG_SLOTS
+# it is not used: at 4224 slots even B=1 (86M) lost, 80 against 52 us. Every span the
+# masked path reads is also a new shape for MLX CUDA to build, 50-100 ms a round (H200,
+# trained hybrid, 8 query heads of 64: three to five such builds a 16-prompt job at B=8),
+# which the kernel never pays.
 WIDE_MAX_SLOTS = 256
 WIDE_LONG_SLOTS = 1024
 WIDE_MAX_READS = 48 * 2**20

@@ -181,7 +181,10 @@ class DepthPolicy:
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
         self._count_acceptance(draft_counts, num_accepted, k)
-        if self._spike(B, k, step_time_s):
+        # A switch of depth, and a shape's first round, pay their own one-time costs (a graph
+        # rebuild, a build) and are measured as such below, never set aside as spikes.
+        switched = k != self._last_k and self._last_k >= 0
+        if not switched and (B, k) in self._seen and self._spike(B, k, step_time_s):
             self._spiked.add((B, k))
             self._last_k = k
             return
@@ -192,7 +195,6 @@ class DepthPolicy:
             self._seen.add((B, k))  # it paid the shape's one-time costs
             self._last_k = k
             return
-        switched = k != self._last_k and self._last_k >= 0
         if switched and self._count.get((B, k), 0) >= 2:
             typical = [t for b, j, t in self._rows if (b, j) == (B, k)]
             if typical:
@@ -235,9 +237,9 @@ class DepthPolicy:
         self._accepted = self._accepted * self.decay + float(num_accepted.sum())
 
     def _spike(self, batch_size: int, k: int, step_time_s: float) -> bool:
-        """Whether this round cost over `spike_factor` times its depth's typical round at this
-        batch size or a larger one, this shape's rounds at their usual cost since its last
-        spike."""
+        """Whether this round (of a shape seen before, at the depth of the round before it)
+        cost over `spike_factor` times its depth's typical round at this batch size or a larger
+        one, this shape's rounds at their usual cost since its last spike."""
         if not self.one_off_max or (batch_size, k) in self._spiked:
             return False
         fastest = self._first.get((batch_size, k))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ import numpy as np
 from workers import routes
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
+from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, Proposal
 from workers.drafting import attach_drafter, propose_round
 from workers.forward import forward_window, forward_window_hidden
@@ -98,8 +100,6 @@ class Engine(Membership):
         drafter = self.drafter = attached.drafter
         self._needs_hidden, self._post_norm = attached.needs_hidden, attached.post_norm
         self.depth_policy, self.drafter_off = attached.policy, attached.off
-        if self.depth_policy is not None:
-            self.depth_policy.job_view = self._job_view  # the job's end, built when weighed
         # Only where a depth policy reads each round's time, and only when a round's shape
         # changes (pipeline.settle_before): each wait costs the overlap of building a round with
         # the last one's tail (6% of a plain engine at B=1 on the CPU).
@@ -118,6 +118,19 @@ class Engine(Membership):
         self._next_id = 0
         if self.config.warm_up:
             warm_up(self)
+
+    @property
+    def depth_policy(self) -> DepthPolicy | None:
+        return self._depth_policy
+
+    @depth_policy.setter
+    def depth_policy(self, policy: DepthPolicy | None) -> None:
+        """A policy set here (or handed on from another engine) weighs this engine's rows at
+        a job's end (`DepthPolicy.job_view`), held weakly: no engine-policy cycle."""
+        self._depth_policy = policy
+        if policy is not None:
+            engine = weakref.ref(self)
+            policy.job_view = lambda: e._job_view() if (e := engine()) is not None else None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod

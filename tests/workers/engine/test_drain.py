@@ -196,14 +196,20 @@ def test_new_rows_are_expected_to_accept_as_finished_rows_spread():
 
 def test_span_builds_set_aside_keep_a_draining_batch_drafting():
     """MLX CUDA builds attention again for each new span a drafting window reads: 50-100 ms
-    rounds, once each, amid 4-7 ms ones. Taken as costs, they made the shapes a draining
+    rounds, once each, amid 4-7 ms ones, at shapes the warm-up built. Taken as costs, they made the shapes a draining
     batch passes through look 10x dearer at depth 3 and the policy decoded plainly where
     drafting pays (H200: every 16-prompt job's second wave). Set aside as spikes, the choices
     and the job's time are those of a run without them."""
     accept = np.tile(BASE, (16, 1))
 
     def cuda_policy(spike_factor: float) -> DepthPolicy:
-        return DepthPolicy(3, extremes_only=True, one_off_max=3, run=4, spike_factor=spike_factor)
+        policy = DepthPolicy(3, extremes_only=True, one_off_max=3, run=4, spike_factor=spike_factor)
+        for b in range(16, 0, -1):  # the build-only warm-up: every size's shapes built
+            for k in (0, 3):
+                policy.forced = k
+                policy.observe(np.full(b, k), np.full(b, min(k, 2)), round_cost(b, k))
+        policy.forget_rounds()
+        return policy
 
     def job(spike: float, spike_factor: float) -> float:
         runs = [
@@ -295,3 +301,35 @@ def test_the_engine_shows_the_job_end_before_any_choice_once_arrivals_stop(monke
     assert policy is not None and 2 in policy._probed  # B=2 was weighed, by tokens per second
     assert len(engine.waiting) <= 8 * 2  # few enough to weigh, had the traffic stopped
     assert weighed == []
+
+    # A policy handed on to another engine (a learnt policy reused) weighs that engine's job;
+    # the engine it came from is not kept alive by it.
+    import gc
+    import weakref
+
+    gone = weakref.ref(engine)
+    fresh = Engine(target, **kw)
+    fresh.depth_policy = policy
+    del engine
+    gc.collect()
+    assert gone() is None
+    fresh.generate(prompts, sp)
+    assert weighed and max(weighed) <= 4, weighed
+
+
+def test_switches_and_first_rounds_are_measured_not_set_aside_as_spikes():
+    """A depth switch (a graph rebuild on MLX CUDA, 15-30 ms against 2.5-5 ms rounds) and a
+    shape's first round (its build) cost over 4x a typical round by nature: each is measured
+    as what it is (`switch_cost`, `build_cost`), never set aside as a spike."""
+    policy = DepthPolicy(3, extremes_only=True, one_off_max=3, run=4)
+    for _ in range(3):
+        for k, t in ((0, 0.0025), (3, 0.005)):
+            policy.observe(np.full(8, k), np.full(8, min(k, 2)), t + 0.02)  # the switch
+            for _ in range(5):
+                policy.observe(np.full(8, k), np.full(8, min(k, 2)), t)
+    assert policy.switch_cost() > 0.015
+    policy.observe(np.full(7, 3), np.full(7, 2), 0.04)  # (7, 3)'s first round: its build
+    policy.observe(np.full(7, 3), np.full(7, 2), 0.005)
+    policy.observe(np.full(7, 3), np.full(7, 2), 0.005)
+    assert policy._build and policy._build[-1] == pytest.approx(0.035)
+    assert sum((b, k) == (7, 3) for b, k, _ in policy._rows) == 2
