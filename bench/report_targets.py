@@ -49,7 +49,7 @@ def targets_section() -> list[str]:
     cpu, real = _load("engine_cpu.json"), _load("s28/engine_real_cpu.json")
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6, g1 = _load("s29/gpu_6b_final.json"), _load("s29/gpu_1b_final.json")
-    demo = _load("s31/demo_ab_cpu_d95c6bf_vs_cb22ee6_2.json")
+    demo = _load("s31/demo_ab_cpu_d95c6bf_vs_3466a7d.json")
     p5, p5a = _load("s29/p5_final.json"), _load("s31/pooled_p5_h200_D_final.json")
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
