@@ -47,3 +47,11 @@ def test_a_target_every_result_clears_is_met(results: Path) -> None:
     p1 = next(line for line in lines if line.startswith("| P1"))
     p2 = next(line for line in lines if line.startswith("| P2"))
     assert p1.endswith("| met |") and "B ≤ 8: met; B = 32: met" in p2
+
+
+def test_p4_reads_the_turn_taking_pairs_where_they_exist(results: Path) -> None:
+    medians = {"1": 1.0, "4": 0.95, "8": 1.02}
+    batch = {b: {"slow_adaptive_over_plain_median": m} for b, m in medians.items()}
+    _write(results, "s31/p4_pairs_cpu.json", {"batch": batch})
+    p4 = next(line for line in rt.targets_section() if line.startswith("| P4"))
+    assert "1.00 / 0.95 / 1.02" in p4 and p4.endswith("| missed in 1 of 3 (below 0.97) |"), p4
