@@ -53,13 +53,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from workers.drain import (
-    DrainingRows,
-    accept_scale,
-    job_seconds,
-    population_scales,
-    rows_expected_tokens,
-)
+from workers.depth_probe import may_explore, probe
+from workers.drain import DrainingRows, job_depth
 from workers.round_costs import (
     LIVE_ROUNDS,
     blend_warm,
@@ -329,26 +324,8 @@ class DepthPolicy:
         return best
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
-        """The depth that finishes the running and waiting rows soonest (workers/drain.py),
-        charged what taking it costs once (as `_rates`); drafting must still clear `_margin`."""
-        B = len(drain.remaining)
-        slots = B + drain.free_slots
-        costs = self._round_costs_for(range(slots + 1))  # [slots + 1, D + 1]: row 0 unused
-        reference = self._accepted / self._drafted if self._drafted > 0 else 0.0
-        c = self.acceptance()
-        rates = np.array(self._row_rates)
-        base = population_scales(rates, reference, B + len(drain.waiting))
-        scale = accept_scale(drain.drafted, drain.accepted, self.drain_prior, reference, base[:B])
-        seconds = {}
-        for k in self.depths():
-            rounds = drain.remaining / rows_expected_tokens(c, scale, k)
-            queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
-            seconds[k] = job_seconds(rounds, queued, costs[:, k], drain.free_slots)
-            seconds[k] += self._once(B, k, switching_from)
-        best = min(seconds, key=lambda j: seconds[j])
-        if seconds[best] * (1 + self._margin(B, best)) > seconds[0]:
-            return 0
-        return best
+        """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
+        return job_depth(self, drain, switching_from)
 
     @property
     def hopeless(self) -> bool:
@@ -465,86 +442,9 @@ class DepthPolicy:
         return once + 2 * self.switch_cost() * (k != switching_from)
 
     def _probe(self, batch_size: int) -> int | None:
-        """The warm-up of this batch size's bucket (sizes of one bit length: 1, 2-3, 4-7, ...):
-        depth 0, 0, 1, 1, 2, 2, ... until no deeper depth can pay, then 0, 0 again; None
-        once it is done.
-
-        Per bucket, because what a depth costs depends on B (memory-bound small batches,
-        compute-bound large ones) more than a linear fit over other sizes can say. Seen on the
-        CPU: rows arriving one by one warmed a global warm-up at B <= 2; at B = 16 plain was
-        fitted at 24 ms where it took 18, and depth 3 ran there at 0.7x plain's rate; and the
-        other way on a GPU: a batch size that had only a plain round was fitted too dear to
-        draft and never tried it.
-        """
-        bucket = int(batch_size).bit_length()
-        if bucket in self._probed:
-            return None
-        counts, need = self._bucket_counts(bucket), max(2, self.run)
-        for k in self.depths():
-            if counts.get(k, 0) < need:
-                if k >= 2 and self._deeper_cannot_pay(bucket):
-                    break
-                return k
-        # Plain again, after the drafting depths: the ladder's first rounds pay one-off costs
-        # (a fresh process's first buffers, caches filling) that made plain decoding look
-        # dearer than it is, and drafting then chosen where it lost (the demo's batch job).
-        if counts.get(0, 0) < 2 * need:
-            return 0
-        self._probed.add(bucket)
-        return None
-
-    def _bucket_counts(self, bucket: int) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for (b, k), n in self._count.items():
-            if b.bit_length() == bucket:
-                counts[k] = counts.get(k, 0) + n
-        return counts
-
-    def _deeper_cannot_pay(self, bucket: int) -> bool:
-        """Neither the deepest measured depth m >= 1 nor any deeper one can beat a shallower
-        measured depth in this bucket, even with every draft accepted: a round of depth >= m
-        costs at least the fastest round seen at m (first rounds included, per row), and
-        emits at most 1 + max_depth tokens per row."""
-        per_row: dict[int, float] = {}  # depth -> fastest seconds per row in this bucket
-        for (b, j), t in self._first.items():
-            if b.bit_length() == bucket:
-                per_row[j] = min(per_row.get(j, float("inf")), t / b)
-        m = max(per_row, default=0)
-        # Two rounds each: one alone may be a one-off (a GPU building kernels for a new shape).
-        if m < 1 or 0 not in per_row or self._bucket_counts(bucket).get(m, 0) < 2:
-            return False
-        c = self.acceptance()
-        best = max(expected_tokens(c, j) / max(t, 1e-12) for j, t in per_row.items() if j < m)
-        ks = np.arange(m, self.max_depth + 1)
-        if (self._tried[:m] >= self.min_evidence).all():
-            # Acceptance up to m is measured (a large batch's two rounds): bound depth k >= m by
-            # m's tokens plus every further draft accepted, over m's time plus the per-depth
-            # cost seen from 0 to m for each further step (a verify's cost grows at least
-            # linearly with its width once compute-bound, the case where drafting stops paying).
-            reach = np.cumprod(c[:m])
-            tokens = 1 + reach.sum() + (ks - m) * reach[-1]
-            seconds = per_row[m] + (ks - m) * max(0.0, (per_row[m] - per_row[0]) / m)
-        else:  # too few rows seen yet (one row's two rounds): every draft accepted
-            tokens, seconds = np.full(len(ks), 1.0 + self.max_depth), np.full(len(ks), per_row[m])
-        return bool((tokens / np.maximum(seconds, 1e-12) <= best).all())
+        """This batch size's bucket warm-up depth, None once done (workers/depth_probe.py)."""
+        return probe(self, batch_size)
 
     def _may_explore(self, batch_size: int, k: int, run: int = 1) -> bool:
-        """Explore depth k for `run` rounds only while exploring's cost stays within budget,
-        its first round costed at the slowest drafting round seen at this batch size: a
-        drafter's first proposal after rounds without drafts may carry one-off work (a draft
-        model catching up on the tokens it skipped) that a median would hide."""
-        rates = self._rates(batch_size)
-        worst = max(
-            (t for (b, j), t in self._worst.items() if b == batch_size and j > 0), default=0.0
-        )
-        cost = run * self.round_costs(batch_size)[k] + (worst if k > 0 else 0.0)
-        best = max(rates[self.depths()].max(), 1e-9)
-        loss = max(0.0, cost - run * expected_tokens(self.acceptance(), k) / best)
-        if (batch_size, k) not in self._seen:
-            loss += self.build_cost()  # a shape never run: its first round builds it
-        if k != self._chosen.get(batch_size, (0, 0))[1]:
-            loss += 2 * self.switch_cost()  # there and back
-        if self._explore_loss + loss > self.explore_budget * self._time_total:
-            return False
-        self._explore_loss += loss
-        return True
+        """Whether exploring depth k for `run` rounds stays within budget (depth_probe.py)."""
+        return may_explore(self, batch_size, k, run)

@@ -20,7 +20,8 @@ that of the rows the policy learnt from. A row's own evidence is shrunk by `prio
 tokens to what is expected of a row before any: the spread of acceptance among finished rows
 (their quantiles, `population_scales`), so a batch of new rows is expected to hold slow ones
 as the traffic does. (Expected as average rows, 16 prompts at B=8 drafted through both waves
-and the last, slow joiners drained alone: 0.68x plain on the H200.) Pure numpy.
+and the last, slow joiners drained alone: 0.68x plain on the H200.) Pure numpy; `job_depth`
+reads the depth policy's costs and acceptance.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from workers.depth_policy import DepthPolicy
 
 # Waiting rows per running row up to which the job's end is weighed (beyond, the batch stays
 # full for many rounds and tokens per second decide; the schedule costs O(W log B) a choice).
@@ -136,3 +140,27 @@ def population_scales(rates: np.ndarray, reference: float, n: int) -> np.ndarray
     levels = (np.arange(n) + 0.5) / n
     spread = np.argsort((np.arange(n) * 0.6180339887) % 1.0)  # a fixed interleave
     return np.quantile(rates / reference, levels)[spread]
+
+
+def job_depth(policy: DepthPolicy, drain: DrainingRows, switching_from: int) -> int:
+    """The depth that finishes the running and waiting rows soonest (`job_seconds`, each
+    row at its own acceptance), charged what taking it costs once (the policy's `_once`);
+    drafting must still clear the policy's `_margin`."""
+    B = len(drain.remaining)
+    slots = B + drain.free_slots
+    costs = policy._round_costs_for(range(slots + 1))  # [slots + 1, D + 1]: row 0 unused
+    reference = policy._accepted / policy._drafted if policy._drafted > 0 else 0.0
+    c = policy.acceptance()
+    rates = np.array(policy._row_rates)
+    base = population_scales(rates, reference, B + len(drain.waiting))
+    scale = accept_scale(drain.drafted, drain.accepted, policy.drain_prior, reference, base[:B])
+    seconds = {}
+    for k in policy.depths():
+        rounds = drain.remaining / rows_expected_tokens(c, scale, k)
+        queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
+        seconds[k] = job_seconds(rounds, queued, costs[:, k], drain.free_slots)
+        seconds[k] += policy._once(B, k, switching_from)
+    best = min(seconds, key=lambda j: seconds[j])
+    if seconds[best] * (1 + policy._margin(B, best)) > seconds[0]:
+        return 0
+    return best
