@@ -45,10 +45,12 @@ class Flight:
     ticket: Ticket | None = None
     host: HostArrays | None = None
 
-    def launch(self) -> None:
-        """Start computing the round, through the launcher thread where the step routes."""
+    def launch(self, copies: bool) -> None:
+        """Start computing the round, through the launcher thread where the step routes.
+        `copies` (an engine with a launcher, routed or not): the host reads copies, since a
+        later round's launch from that thread may take the originals while they are read."""
         outs = self.host_arrays()
-        if not launch.routed():
+        if not copies:
             mx.async_eval(*[a for a in outs if a is not None])
             return
         lp = outs.logprobs
