@@ -141,10 +141,8 @@ _launchers_lock = threading.Lock()
 
 
 def process_launcher() -> Launcher:
-    """The process's launcher for the default device: one stream and one thread for every
-    engine, so an engine's arrays stay on one stream wherever it is built and stepped. Engines
-    that launch this way are stepped from one thread at a time (a worker's engine loop): two
-    threads stepping such engines at once could evaluate on the stream together."""
+    """The process's launcher for the default device: one stream and one thread, however many
+    engines and whichever threads build and step them (an engine's arrays stay on one stream)."""
     device = mx.default_device()
     with _launchers_lock:
         if str(device) not in _launchers:
