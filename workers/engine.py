@@ -179,17 +179,8 @@ class Engine(Membership):
             return bool(self.rows or self.waiting or self._inbox or self._prefill or self._flight)
 
     def step(self) -> list[RequestOutput]:
-        if self._launcher is None:
-            launch.idle()  # on a thread that has adopted a launcher's stream: its last launch
-            return self._step()
-        self._launcher.adopt()  # this thread's ops on the launcher's stream (launch.py)
-        try:
-            return self._step()
-        except BaseException:
-            self._launcher.idle()  # a launch handed over may be encoding: the caller is next
-            raise
-
-    def _step(self) -> list[RequestOutput]:
+        if self._launcher is not None:
+            self._launcher.adopt()  # this thread's ops on the launcher's stream (launch.py)
         t0 = time.perf_counter()
         events = self._take_new_work()
         stats = RoundStats()
@@ -331,7 +322,7 @@ class Engine(Membership):
             new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
         flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
-        flight.launch(copies=self._launcher is not None)
+        flight.launch()
         return flight
 
     def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:

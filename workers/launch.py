@@ -79,10 +79,9 @@ class Launcher:
             ticket._started.set()
             try:
                 mx.async_eval(*arrays)
-            except BaseException as e:  # raised to whoever reads the ticket's round
+            except BaseException as e:  # raised to whoever waits on the ticket
                 ticket._error = e
             ticket._done.set()
-            del arrays, ticket  # a failed launch's graph must not stay pinned here
 
     def launch(self, arrays: list) -> Ticket:
         ticket = self._last = Ticket()

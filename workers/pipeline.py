@@ -45,12 +45,10 @@ class Flight:
     ticket: Ticket | None = None
     host: HostArrays | None = None
 
-    def launch(self, copies: bool) -> None:
-        """Start computing the round, through the launcher thread where the step routes.
-        `copies` (an engine with a launcher, routed or not): the host reads copies, since a
-        later round's launch from that thread may take the originals while they are read."""
+    def launch(self) -> None:
+        """Start computing the round, through the launcher thread where the step routes."""
         outs = self.host_arrays()
-        if not copies:
+        if not launch.routed():
             mx.async_eval(*[a for a in outs if a is not None])
             return
         lp = outs.logprobs

@@ -36,8 +36,7 @@ from workers.drafters.mtp import MTPDrafter
 
 # What the thread adds, tested below without counting launches of the suite's kind
 NOT_COUNTED = {"test_a_failed_launch_raises_in_the_engine_thread",
-               "test_the_launcher_thread_is_for_gpus_and_batches_of_rows_min",
-               "test_a_batch_growing_past_rows_min_moves_its_launches_to_the_thread"}  # fmt: skip
+               "test_the_launcher_thread_is_for_gpus_and_batches_of_rows_min"}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -119,43 +118,3 @@ def test_the_launcher_thread_is_for_gpus_and_batches_of_rows_min(monkeypatch):
     assert launch.rows_min(gpu) is None
     monkeypatch.setenv(launch.ENV, "1")
     assert launch.rows_min(cpu) == 1
-
-
-@pytest.mark.parametrize("drafter", [None, "mtp"])
-def test_a_batch_growing_past_rows_min_moves_its_launches_to_the_thread(
-    setup,  # noqa: F811 - the pipelining suite's fixture, imported above
-    drafter,
-    monkeypatch,
-):
-    """Rounds below the row threshold launch on the engine thread, the rest from the launcher
-    thread, in one job: requests join one by one and finish at different lengths, so the
-    batch crosses the threshold both ways with a round in flight each time (a round launched
-    here, then one from the thread that takes its outputs as inputs while they are read)."""
-    from tests.workers.engine.test_pipeline import engine_for, tokens_of
-    from workers.pipeline import Flight
-
-    target, head, prompts, refs = setup
-    monkeypatch.setattr(launch, "rows_min", lambda backend: 3)
-    routed, flights = [], []
-    real_launch, real_flight = launch.Launcher.launch, Flight.launch
-    monkeypatch.setattr(launch.Launcher, "launch",
-                        lambda self, arrays: routed.append(1) or real_launch(self, arrays))  # fmt: skip
-    monkeypatch.setattr(Flight, "launch",
-                        lambda self, copies: flights.append(1) or real_flight(self, copies))  # fmt: skip
-    engine = engine_for(target, head, drafter)
-    lengths = [6, 24, 12, 20, 9, 24]
-    for i, p in enumerate(prompts[:2]):
-        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=lengths[i]))
-    events: dict[str, list] = {}
-    step = 0
-    while engine.has_work():
-        if 2 <= step < 6:  # the others join one a step: 2 -> 6 rows, then the batch drains
-            i = step
-            engine.add_request(f"r{i}", prompts[i], SamplingParams(max_tokens=lengths[i]))
-        for ev in engine.step():
-            events.setdefault(ev.request_id, []).append(ev)
-        step += 1
-    for i, n in enumerate(lengths):
-        ref_tokens, gaps = refs[i]
-        assert_matches(tokens_of(events[f"r{i}"]), (ref_tokens[:n], gaps[:n]), f"row {i}")
-    assert 0 < len(routed) < len(flights), (len(routed), len(flights))
