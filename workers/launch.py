@@ -21,10 +21,7 @@ routes through the launcher (`routing`):
   compute (`array::eval` of a scheduled array touches no stream), and reads arrays no later
   graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads.
 The engine does nothing else while a launch may be running: before leaving rows or admitting
-new ones it waits (`idle`). A step may return with its launch still being encoded, so other
-MLX work on the engine's thread between steps waits first (`launch.idle()`); the service's
-engine loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle.
-Elsewhere these are MLX's own calls.
+new ones it waits (`idle`). Elsewhere these are MLX's own calls.
 """
 
 from __future__ import annotations
