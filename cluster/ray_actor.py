@@ -5,8 +5,11 @@ Worker links find their worker through its actor handle, so when Ray restarts a 
 process, new port) the scheduler reconnects and re-sends the requests it held, each from its
 committed prefix.
 
-The scheduler actor is pinned to the driver's node with a fixed gateway port and restarted by
-Ray if its process dies (max_restarts=-1); it rebuilds itself from its constructor arguments.
+The scheduler actor is pinned to the driver's node and restarted by Ray if its process dies
+(max_restarts=-1); it rebuilds itself from its constructor arguments, on the ports it had. Ports
+left to the OS (0) are bound by the first start itself and kept in a ports file for restarts:
+choosing them in the driver and binding them later in the actor let another process take one
+in between ("Address already in use").
 Requests it held are lost with it: their gateway calls fail with UNAVAILABLE. A scheduler
 that fails fast (its dispatch pass kept raising) turns the gateway NOT_SERVING and then ends its
 process with exit code 1 and a logged reason, so Ray restarts it the same way. The Python
@@ -16,10 +19,13 @@ seeded) it skips the tokens it already delivered, so a stream still sees each to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
-import socket
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +53,20 @@ class SchedulerActor:
     constructor arguments, so when Ray restarts this actor (max_restarts=-1) it comes back by
     itself: same gateway port, same workers (found again through their handles)."""
 
-    def __init__(self, config: RuntimeConfig, workers: list[tuple[str, Any]]) -> None:
+    def __init__(
+        self, config: RuntimeConfig, workers: list[tuple[str, Any]], ports_file: str | None = None
+    ) -> None:
         if config.advertise_host is None:
             config = dataclasses.replace(config, advertise_host=ray.util.get_node_ip_address())
+        self.ports_file = ports_file
+        if ports_file is not None and os.path.exists(ports_file):  # a restart: the same ports
+            with open(ports_file) as f:
+                config = _with_ports(config, json.load(f))
         self.runtime = SchedulerRuntime(config, on_fatal=_exit_for_restart)
         located = [(wid, _locator(handle)) for wid, handle in workers]
         self.runtime.call(self.runtime.start(located))
+        if ports_file is not None:
+            _write_atomically(ports_file, json.dumps(_bound_ports(self.runtime)))
 
     def addresses(self) -> dict[str, Any]:
         return self.runtime.call(self.runtime.addresses())
@@ -70,6 +84,33 @@ class SchedulerActor:
 
     def stop(self) -> None:
         self.runtime.call(self.runtime.stop(), timeout=30)
+        if self.ports_file is not None:  # stopped for good: no restart will look for it
+            with contextlib.suppress(OSError):
+                os.remove(self.ports_file)
+
+
+def _bound_ports(runtime: SchedulerRuntime) -> dict[str, int | None]:
+    assert runtime.gateway is not None
+    return {
+        "gateway": runtime.gateway.port,
+        "metrics": runtime.metrics_port,
+        "http": None if runtime.http is None else runtime.http.port,
+    }
+
+
+def _with_ports(config: RuntimeConfig, ports: dict[str, Any]) -> RuntimeConfig:
+    gateway = dataclasses.replace(config.gateway, port=int(ports["gateway"]))
+    http = config.http
+    if http is not None and ports.get("http") is not None:
+        http = dataclasses.replace(http, port=int(ports["http"]))
+    return dataclasses.replace(config, gateway=gateway, metrics_port=ports["metrics"], http=http)
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)  # a restart racing this write reads the old file or the new, whole
 
 
 def _locator(handle: Any) -> Any:
@@ -154,7 +195,11 @@ def start_scheduler_actor(
 ) -> Any:
     """The scheduler actor on this driver's node, restarted by Ray whenever its process dies
     (a crash, a kill, or its own fail-fast exit); returns its handle."""
-    config = _fixed_ports(config)  # a restarted scheduler must come back where it was
+    # A restarted scheduler must come back where it was: the first start writes its bound
+    # ports here (the actor runs on this node, so the driver's temp dir is the actor's).
+    ports_file = os.path.join(
+        tempfile.gettempdir(), f"specfleet-ports-{namespace}-{name}-{uuid.uuid4().hex[:8]}.json"
+    )
     remote_cls = ray.remote(actor_cls).options(
         name=name,
         namespace=namespace,
@@ -166,26 +211,7 @@ def start_scheduler_actor(
             ray.get_runtime_context().get_node_id(), soft=False
         ),
     )
-    return remote_cls.remote(config, workers)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _fixed_ports(config: RuntimeConfig) -> RuntimeConfig:
-    gw = config.gateway
-    if gw.port == 0:
-        gw = dataclasses.replace(gw, port=_free_port(gw.host))
-    metrics_port = config.metrics_port
-    if metrics_port == 0:
-        metrics_port = _free_port(config.metrics_host)
-    http = config.http
-    if http is not None and http.port == 0:
-        http = dataclasses.replace(http, port=_free_port(http.host))
-    return dataclasses.replace(config, gateway=gw, metrics_port=metrics_port, http=http)
+    return remote_cls.remote(config, workers, ports_file)
 
 
 def gateway_address(name: str = SCHEDULER_NAME, namespace: str = NAMESPACE) -> str:

@@ -65,6 +65,7 @@ class SchedulerRuntime:
         tok = TextTokenizer(config.tokenizer_path) if config.tokenizer_path else None
         self.metrics = SchedulerMetrics()
         self.metrics_url = ""
+        self.metrics_port: int | None = None  # bound, once started
         self.on_fatal = on_fatal  # called (on the loop) after the scheduler failed; may not return
         self.sched = Scheduler(config.scheduler, tok, self.metrics, on_fatal=self._scheduler_failed)
         self._fatal_task: asyncio.Task[None] | None = None
@@ -87,7 +88,7 @@ class SchedulerRuntime:
         cfg = self.config
         self.sched.start()
         if cfg.metrics_port is not None:
-            port = self.metrics.serve(cfg.metrics_port, cfg.metrics_host)
+            port = self.metrics_port = self.metrics.serve(cfg.metrics_port, cfg.metrics_host)
             self.metrics_url = f"http://{self._public(cfg.metrics_host)}:{port}/metrics"
         await self.add_workers(workers)
         self.gateway = await GatewayServer(

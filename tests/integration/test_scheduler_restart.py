@@ -1,7 +1,7 @@
 """A scheduler actor whose dispatch pass keeps raising fails fast under a real Ray runtime: the
 queued call ends with UNAVAILABLE naming the reason, a grpc.health.v1 Watch on the gateway
-sees NOT_SERVING, the actor's process exits and Ray restarts it (new pid, same gateway port,
-SERVING again). No workers are needed: the failing step is the queue's deadline pass, which
+sees NOT_SERVING, the actor's process exits and Ray restarts it (new pid, same gateway and
+metrics ports, SERVING again). No workers are needed: the failing step is the queue's deadline pass, which
 runs on every dispatch tick."""
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ def test_failing_scheduler_actor_goes_not_serving_exits_and_ray_restarts_it() ->
     try:
         config = RuntimeConfig(
             scheduler=SchedulerConfig(PolicyConfig(coalesce_window_s=0.0), max_tick_failures=3),
-            metrics_port=None,
-            fatal_grace_s=2.0,
+            fatal_grace_s=2.0,  # gateway and metrics on ports the first start binds (0)
         )
         handle = start_scheduler_actor(
             config,
@@ -116,9 +115,11 @@ def test_failing_scheduler_actor_goes_not_serving_exits_and_ray_restarts_it() ->
             assert not watcher.is_alive(), "the old process should be gone"
             assert seen[:2] == [SERVING, NOT_SERVING]
 
-            # Ray restarts the actor: a new process on the same gateway port, SERVING again.
+            # Ray restarts the actor: a new process on the same gateway and metrics ports (the
+            # first start's, from its ports file), SERVING again.
             after = ray.get(handle.addresses.remote(), timeout=120)
             assert after["pid"] != before["pid"] and after["gateway"] == gateway
+            assert before["metrics"] and after["metrics"] == before["metrics"]
             end = time.monotonic() + 60
             status = None
             while time.monotonic() < end:
