@@ -53,8 +53,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from workers.depth_probe import may_explore, probe
-from workers.drain import DrainingRows, job_depth
+from workers.depth_probe import BucketProbe
+from workers.drain import DrainingRows, JobCosts, job_depth
 from workers.round_costs import (
     LIVE_ROUNDS,
     blend_warm,
@@ -66,7 +66,7 @@ from workers.round_costs import (
 
 
 @dataclass
-class DepthPolicy:
+class DepthPolicy(BucketProbe):
     max_depth: int
     window: int = 256  # rounds kept for the time estimates
     explore_every: int = 16  # every n-th round drafts an exploration depth
@@ -325,7 +325,18 @@ class DepthPolicy:
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
-        return job_depth(self, drain, switching_from)
+        B, ks = len(drain.remaining), range(self.max_depth + 1)
+        job = JobCosts(
+            costs=self._round_costs_for(range(B + drain.free_slots + 1)),
+            acceptance=self.acceptance(),
+            reference=self._accepted / self._drafted if self._drafted > 0 else 0.0,
+            row_rates=np.array(self._row_rates),
+            prior=self.drain_prior,
+            once=np.array([self._once(B, k, switching_from) for k in ks]),
+            margin=np.array([self._margin(B, k) for k in ks]),
+            depths=self.depths(),
+        )
+        return job_depth(drain, job)
 
     @property
     def hopeless(self) -> bool:
@@ -440,11 +451,3 @@ class DepthPolicy:
         (there and back) if it is not the current depth."""
         once = self.build_cost() * ((batch_size, k) not in self._seen)
         return once + 2 * self.switch_cost() * (k != switching_from)
-
-    def _probe(self, batch_size: int) -> int | None:
-        """This batch size's bucket warm-up depth, None once done (workers/depth_probe.py)."""
-        return probe(self, batch_size)
-
-    def _may_explore(self, batch_size: int, k: int, run: int = 1) -> bool:
-        """Whether exploring depth k for `run` rounds stays within budget (depth_probe.py)."""
-        return may_explore(self, batch_size, k, run)

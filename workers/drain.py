@@ -21,7 +21,7 @@ tokens to what is expected of a row before any: the spread of acceptance among f
 (their quantiles, `population_scales`), so a batch of new rows is expected to hold slow ones
 as the traffic does. (Expected as average rows, 16 prompts at B=8 drafted through both waves
 and the last, slow joiners drained alone: 0.68x plain on the H200.) Pure numpy; `job_depth`
-reads the depth policy's costs and acceptance.
+weighs what the depth policy hands it (`JobCosts`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from workers.depth_policy import DepthPolicy
 
 # Waiting rows per running row up to which the job's end is weighed (beyond, the batch stays
 # full for many rounds and tokens per second decide; the schedule costs O(W log B) a choice).
@@ -142,25 +139,37 @@ def population_scales(rates: np.ndarray, reference: float, n: int) -> np.ndarray
     return np.quantile(rates / reference, levels)[spread]
 
 
-def job_depth(policy: DepthPolicy, drain: DrainingRows, switching_from: int) -> int:
+class JobCosts(NamedTuple):
+    """What the depth policy knows that a job's-end choice weighs (built by the policy's
+    `_drain_choice`, D = max_depth)."""
+
+    costs: (
+        np.ndarray
+    )  # [slots + 1, D + 1] seconds a round of b rows costs at depth k (row 0 unused)
+    acceptance: np.ndarray  # [D] conditional acceptance per draft position
+    reference: float  # accepted over drafted draft tokens, every row the policy learnt from
+    row_rates: np.ndarray  # finished rows' accepted over drafted (their spread)
+    prior: float  # draft tokens a row's own evidence is shrunk by
+    once: np.ndarray  # [D + 1] seconds taking depth k costs once (a build, switches)
+    margin: np.ndarray  # [D + 1] the gain over depth 0 that drafting at depth k must clear
+    depths: list[int]  # the depths to choose from
+
+
+def job_depth(drain: DrainingRows, job: JobCosts) -> int:
     """The depth that finishes the running and waiting rows soonest (`job_seconds`, each
-    row at its own acceptance), charged what taking it costs once (the policy's `_once`);
-    drafting must still clear the policy's `_margin`."""
+    row at its own acceptance), charged what taking it costs once; drafting must still clear
+    its margin."""
     B = len(drain.remaining)
-    slots = B + drain.free_slots
-    costs = policy._round_costs_for(range(slots + 1))  # [slots + 1, D + 1]: row 0 unused
-    reference = policy._accepted / policy._drafted if policy._drafted > 0 else 0.0
-    c = policy.acceptance()
-    rates = np.array(policy._row_rates)
-    base = population_scales(rates, reference, B + len(drain.waiting))
-    scale = accept_scale(drain.drafted, drain.accepted, policy.drain_prior, reference, base[:B])
+    c = job.acceptance
+    base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
+    scale = accept_scale(drain.drafted, drain.accepted, job.prior, job.reference, base[:B])
     seconds = {}
-    for k in policy.depths():
+    for k in job.depths:
         rounds = drain.remaining / rows_expected_tokens(c, scale, k)
         queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
-        seconds[k] = job_seconds(rounds, queued, costs[:, k], drain.free_slots)
-        seconds[k] += policy._once(B, k, switching_from)
+        seconds[k] = job_seconds(rounds, queued, job.costs[:, k], drain.free_slots)
+        seconds[k] += job.once[k]
     best = min(seconds, key=lambda j: seconds[j])
-    if seconds[best] * (1 + policy._margin(B, best)) > seconds[0]:
+    if seconds[best] * (1 + job.margin[best]) > seconds[0]:
         return 0
     return best

@@ -9,8 +9,10 @@ import pytest
 from workers.depth_policy import DepthPolicy
 from workers.drain import (
     DrainingRows,
+    JobCosts,
     accept_scale,
     drain_seconds,
+    job_depth,
     job_seconds,
     population_scales,
     rows_expected_tokens,
@@ -333,3 +335,30 @@ def test_switches_and_first_rounds_are_measured_not_set_aside_as_spikes():
     policy.observe(np.full(7, 3), np.full(7, 2), 0.005)
     assert policy._build and policy._build[-1] == pytest.approx(0.035)
     assert sum((b, k) == (7, 3) for b, k, _ in policy._rows) == 2
+
+
+def _two_row_job(once=(0.0, 0.0, 0.0, 0.0), margin=0.1) -> JobCosts:
+    """A round costs 1.0 / 1.3 / 1.6 / 1.9 s at depth 0-3, whatever its rows; acceptance 0.9
+    at every position, every row the policy learnt from at 0.9 of its drafts."""
+    costs = np.zeros((3, 4))
+    costs[1:] = [1.0, 1.3, 1.6, 1.9]
+    return JobCosts(costs=costs, acceptance=np.full(3, 0.9), reference=0.9,
+                    row_rates=np.zeros(0), prior=24.0, once=np.array(once),
+                    margin=np.full(4, margin), depths=[0, 1, 2, 3])  # fmt: skip
+
+
+def test_job_depth_drafts_for_fast_rows_and_stops_when_a_slow_row_sets_the_end():
+    """Worked by hand: two rows of 30 tokens that accept 0.9 of their drafts expect 3.44
+    tokens a depth-3 round: 8.7 rounds, 16.6 s against 30 plain rounds (30 s). If one row
+    has accepted 15 of 300 drafts, it expects 1.13 tokens a round at any depth: the job lasts
+    its 26.6 rounds, 50.6 s at depth 3 and 35 s at depth 1, so plain (30 s) finishes first."""
+    fast = DrainingRows(remaining=np.array([30.0, 30.0]), drafted=np.array([300.0, 300.0]),
+                        accepted=np.array([270.0, 270.0]))  # fmt: skip
+    assert job_depth(fast, _two_row_job()) == 3
+    slow = DrainingRows(remaining=np.array([30.0, 30.0]), drafted=np.array([300.0, 300.0]),
+                        accepted=np.array([270.0, 15.0]))  # fmt: skip
+    assert job_depth(slow, _two_row_job()) == 0
+    # What taking depth 3 costs once (20 s: 36.6 in all) leaves depth 2 (17.7 s) the best.
+    assert job_depth(fast, _two_row_job(once=(0.0, 0.0, 0.0, 20.0))) == 2
+    # A gain (30 / 16.6 = 1.8x) under the margin asked of drafting (100%) is not taken.
+    assert job_depth(fast, _two_row_job(margin=1.0)) == 0
