@@ -32,9 +32,27 @@ from workers import Engine, SamplingParams
 
 
 class Split:
+    """Timers patched over the engine's phases and MLX's evaluations, process-wide (modules'
+    functions, mx.async_eval): `restore` puts the originals back, or every later engine in the
+    process keeps them (a test suite's later tests evaluated inside rounds they build)."""
+
     def __init__(self) -> None:
         self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
         self.scope = ""  # set while a scoped phase runs: nested phases are also timed apart
+        self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, real, own attr)
+
+    def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
+        self._patched.append((owner, name, getattr(owner, name), name in vars(owner)))
+        setattr(owner, name, wrapper)
+
+    def restore(self) -> None:
+        """Undo every patch, newest first (a name patched twice gets its first original)."""
+        while self._patched:
+            owner, name, real, own = self._patched.pop()
+            if own:
+                setattr(owner, name, real)
+            else:  # an instance that read a class attribute: drop the instance's wrapper
+                delattr(owner, name)
 
     def wrap(
         self,
@@ -62,7 +80,7 @@ class Split:
                 if outer and by_scope:
                     self.seconds[f"{key or name} (in {outer})"] += dt
 
-        setattr(owner, name, timed)
+        self._patch(owner, name, timed)
 
     def dispatch_after(self, owner: Any, name: str, arrays: Callable[[Any], list]) -> None:
         """After owner.name returns, launch the arrays it built (timed as `dispatch:name`)."""
@@ -75,7 +93,7 @@ class Split:
             self.seconds[f"dispatch:{name}"] += time.perf_counter() - t0
             return out
 
-        setattr(owner, name, launched)
+        self._patch(owner, name, launched)
 
 
 def instrument(engine: Engine, parts: bool) -> Split:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 
+import mlx.core as mx
+
+import workers.engine as engine_module
 import workers.prefill_job as prefill_job
 from bench.p5_pairs import ab_row_linear
 from bench.round_split import force_prefill_cut, instrument
 from workers import Engine, SamplingParams, row_linear
 from workers.compiled_step import COMPILE_ENV
+from workers.pipeline import Flight
 
 PROMPTS = [[5, 6, 7, 8, 9] * 4, [11, 12, 13] * 5, [20, 21] * 9]
 
@@ -16,10 +20,18 @@ PROMPTS = [[5, 6, 7, 8, 9] * 4, [11, 12, 13] * 5, [20, 21] * 9]
 def test_round_split_times_each_phase_and_parts_within_the_wall():
     engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
     sp = SamplingParams(max_tokens=6, ignore_eos=True)
+    originals = (mx.async_eval, mx.eval, engine_module.greedy_outcome, Flight.read_back)
     split = instrument(engine, parts=True)
-    t0 = time.perf_counter()
-    engine.generate(PROMPTS, [sp] * len(PROMPTS))
-    wall = time.perf_counter() - t0
+    try:
+        t0 = time.perf_counter()
+        engine.generate(PROMPTS, [sp] * len(PROMPTS))
+        wall = time.perf_counter() - t0
+    finally:
+        split.restore()
+    # Nothing stays patched for the process's later engines (the wrappers once leaked into
+    # every later test: extra evaluations inside the rounds they built).
+    assert (mx.async_eval, mx.eval, engine_module.greedy_outcome, Flight.read_back) == originals
+    assert "_launch" not in vars(engine) and "commit_lazy" not in vars(engine.cache)
     got = split.seconds
     for phase in ("_launch", "_forward", "_draft", "_admit", "dispatch:_forward",
                   "dispatch:_draft", "async_eval (MLX encoding and launching)",
