@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.engine import run_batch_generator
 from bench.forced_drafter import DeviceForcedDrafter
-from workers import Engine, SamplingParams, row_linear, skinny_linear
+from workers import Engine, SamplingParams, launch, row_linear, skinny_linear
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 
@@ -94,7 +94,23 @@ def route_off(make, undo):
     return made
 
 
+def env_off(make, env: str):
+    """An engine maker whose engine is built with `env` set to "0" (the A/B's off side of a
+    setting read at construction, e.g. workers/launch.py's launcher thread)."""
+
+    def made():
+        saved = os.environ.get(env)
+        os.environ[env] = "0"
+        try:
+            return make()
+        finally:
+            os.environ.pop(env) if saved is None else os.environ.__setitem__(env, saved)
+
+    return made
+
+
 AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
+AB_ENV = {"launch": launch.ENV}
 
 
 def measure(
@@ -130,7 +146,9 @@ def measure(
     }
     if ab:  # the same configurations with the route `ab` off (AB_UNDO), taking turns with them;
         # forced rounds one at a time too, where the device's time adds to the host's
-        undo = AB_UNDO[ab]
+        undo = AB_UNDO.get(ab)
+        off = (lambda make: env_off(make, AB_ENV[ab])) if undo is None else (
+            lambda make: route_off(make, undo))  # fmt: skip
 
         def forced_sync() -> Engine:
             d = DeviceForcedDrafter(refs, vocab=vocab)
@@ -138,10 +156,10 @@ def measure(
                           pipeline=False)  # fmt: skip
 
         makers |= {
-            "plain_off": route_off(makers["plain"], undo),
-            "forced_off": route_off(forced, undo),
+            "plain_off": off(makers["plain"]),
+            "forced_off": off(forced),
             "forced_sync": forced_sync,
-            "forced_sync_off": route_off(forced_sync, undo),
+            "forced_sync_off": off(forced_sync),
         }
     tokens_per_s: dict[str, list[float]] = {k: [] for k in [*makers, "bg"]}
     last: dict = {}
@@ -222,12 +240,18 @@ def main() -> None:
         help="also run plain and forced with workers/skinny_linear.py off, in turns",
     )
     ab_route.add_argument(
+        "--ab-launch",
+        action="store_true",
+        help="also run plain and forced with workers/launch.py's launcher thread off, in turns",
+    )
+    ab_route.add_argument(
         "--ab-views",
         action="store_true",
         help="also run plain and forced with row_linear's held weight views off, in turns",
     )
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
+    ab = "launch" if args.ab_launch else ab
     if args.ab_views:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:

@@ -31,6 +31,9 @@ from bench.peers import add_workload_args, heldout_prompts
 def primitives(arrays: list[Any]) -> collections.Counter[str]:
     """Primitive nodes, by name, in the unevaluated graph behind `arrays` (evaluated inputs
     are leaves)."""
+    from workers import launch
+
+    launch.idle()  # a graph walk must not meet a launch the launcher thread is scheduling
     buf = io.StringIO()
     mx.export_to_dot(buf, *[a for a in arrays if isinstance(a, mx.array)])
     return collections.Counter(

@@ -78,6 +78,12 @@ def ab_row_linear(
             runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
     row_linear.ROWS_MAX = default_max
     route("on" if rows_max is None else "off")  # the engine's own state for what follows
+    return on_off_summary(runs)
+
+
+def on_off_summary(runs: dict[str, list[float]]) -> dict:
+    """tokens/s of plain and MTP passes with a setting off and on -> each pair's ratios (the
+    setting on ÷ off, MTP ÷ plain either way), their medians, and the passes."""
     ratio = {k: [a / b for a, b in zip(runs[n], runs[d])] for k, n, d in (
         ("plain_on_over_off", "plain_on", "plain_off"), ("mtp_on_over_off", "mtp_on", "mtp_off"),
         ("mtp_over_plain_off", "mtp_off", "plain_off"), ("mtp_over_plain_on", "mtp_on", "plain_on"),
@@ -85,7 +91,29 @@ def ab_row_linear(
     return {
         "tokens_per_s": {k: [round(x, 1) for x in v] for k, v in runs.items()},
         "summary": {k: round(statistics.median(v), 3) for k, v in ratio.items()},
+        "pairs": {k: [round(x, 3) for x in v] for k, v in ratio.items()},
     }
+
+
+def ab_launch(make, prompts, sp, pairs: int) -> dict:
+    """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on;
+    each engine built with the setting (it is read at construction), all four in one process."""
+    from bench.gpu import env_off
+    from workers import launch
+
+    engines = {
+        "plain_off": env_off(lambda: make(False), launch.ENV)(),
+        "mtp_off": env_off(lambda: make(True), launch.ENV)(),
+        "plain_on": make(False),
+        "mtp_on": make(True),
+    }
+    for engine in engines.values():  # warm: every shape's kernels and graphs built once
+        engine.generate(prompts, [sp] * len(prompts))
+    runs: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(pairs):
+        for name, engine in engines.items():
+            runs[name].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+    return on_off_summary(runs)
 
 
 def main() -> None:
@@ -99,6 +127,9 @@ def main() -> None:
     ap.add_argument("--ab-rows-max", type=int,
                     help="each pair twice, the per-row gemv route up to its ROWS_MAX rows then up "
                     "to this many (off / on in the output)")  # fmt: skip
+    ap.add_argument("--ab-launch", action="store_true",
+                    help="instead of the pairs: plain and MTP with workers/launch.py's launcher "
+                    "thread off and on, in turns (engines built with each setting)")  # fmt: skip
     ap.add_argument("--adaptive", action="store_true",
                     help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
                     "depth timed at startup (both engines warm up)")  # fmt: skip
@@ -109,6 +140,17 @@ def main() -> None:
     sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
+        if args.ab_launch:
+
+            def make(mtp: bool, B: int = B) -> Engine:
+                if not mtp:
+                    return Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
+                return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
+                                   draft_depth=args.depth, **served)  # fmt: skip
+
+            rows[f"{B} launch"] = ab_launch(make, prompts, sp, args.pairs)
+            print(f"{args.label} B={B}: {json.dumps(rows[f'{B} launch']['summary'])}", flush=True)
+            continue
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
         mtp = Engine.load(
             args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth, **served

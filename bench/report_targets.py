@@ -1,10 +1,10 @@
 """RESULTS.md's first section: issue 11's speed targets, each read from the newest result that
-measures it (bench/results/s29/, s30/ and s31/README.md and their siblings say how each was
-run); a target's status is computed from those numbers."""
+measures it (bench/results/s29/ to s32/README.md and their siblings say how each was run); a target's status is computed from those numbers."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,32 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
     return [rows[b][name]["tokens_per_s"] / rows[b][base]["tokens_per_s"] for b in Bs if b in rows]
 
 
-def _gpu(data: dict | None, key: str) -> list[float]:
+ROWS_MIN = 8  # workers/launch.py: rounds of this many rows launch from the launcher thread
+
+
+def _served_gpu(data: dict | None, measure: str) -> list[float]:
+    """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu --ab-launch` file, as the
+    engine now runs: the launcher thread's side at ROWS_MIN rows or more, the other below."""
     if not data:
         return []
     rows = next(iter(data["models"].values()))["rows"]
-    return [rows[b][key] for b in sorted(rows, key=int)]
+    out = []
+    for b in sorted(rows, key=int):
+        runs, r = rows[b]["tokens_per_s_each_pass"], rows[b]
+        side = measure if int(b) >= ROWS_MIN else f"{measure}_off"
+        ratio = statistics.median(runs[side]) / statistics.median(runs["bg"])
+        out.append(ratio if measure == "plain" else ratio / r["tokens_per_round"])
+    return out
 
 
-def _p5(data: dict | None) -> list[float]:
+def _served_p5(data: dict | None) -> list[float]:
+    """MTP ÷ plain per batch size of a `bench.p5_pairs --ab-launch` file, as now served."""
     batch = (data or {}).get("batch", {})
-    return [batch[b]["mtp_over_plain_median"] for b in sorted(batch, key=int) if b.isdigit()]
+    sizes = sorted((k.split()[0] for k in batch), key=int)
+    return [
+        batch[f"{b} launch"]["summary"]["mtp_over_plain_" + ("on" if int(b) >= ROWS_MIN else "off")]
+        for b in sizes
+    ]
 
 
 def _fmt(xs: list[float]) -> str:
@@ -48,15 +64,21 @@ def _status(xs: list[float], floor: float) -> str:
 def targets_section() -> list[str]:
     cpu, real = _load("engine_cpu.json"), _load("s28/engine_real_cpu.json")
     ab = _load("s28/cpu_ops_ab_cpu.json")
-    g6, g1 = _load("s29/gpu_6b_final.json"), _load("s29/gpu_1b_final.json")
+    g6 = _load("s32/gpu_launch_ab_6b_h200.json")
+    g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
     demo = _load("s31/demo_ab_cpu_d95c6bf_vs_3466a7d.json")
-    p5, p5a = _load("s29/p5_final.json"), _load("s31/pooled_p5_h200_D_final.json")
+    p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
     )
     real_p1 = _engine(real, ("1", "8"), PLAIN, BG)
-    gpu_p1 = _gpu(g6, "plain_over_batch_generator") + _gpu(g1, "plain_over_batch_generator")
-    eff6, eff1 = _gpu(g6, "efficiency"), _gpu(g1, "efficiency")  # B = 1, 8, 32
+    p1_6, p1_1 = (
+        _served_gpu(g6, "plain"),
+        _served_gpu(g1_b1, "plain") + _served_gpu(g1, "plain")[1:],
+    )
+    gpu_p1 = p1_6 + p1_1
+    eff6 = _served_gpu(g6, "forced")  # B = 1, 8, 32
+    eff1 = _served_gpu(g1_b1, "forced") + _served_gpu(g1, "forced")[1:]  # B = 1, 8
     runs = [r for r in (demo or {}).get("runs", []) if r["tree"] == "after"]
     single, batch = [r["single_stream"] for r in runs], [r["batch_job"] for r in runs]
     in_proc = _engine(cpu, ("1",), "specfleet_mtp", BG) + _engine(
@@ -74,11 +96,11 @@ def targets_section() -> list[str]:
     rows = [
         ("P1", "plain ÷ BatchGenerator ≥ 1.00",
          f"CPU default model {_fmt(cpu_p1)} (B=1 / 8, medians of 5 passes); real SmolLM2-135M "
-         f"{_fmt(real_p1)} (B=1 / 8); H200 6.6B {_fmt(_gpu(g6, 'plain_over_batch_generator'))}, "
-         f"0.87B {_fmt(_gpu(g1, 'plain_over_batch_generator'))} (B=1 / 8 / 32)",
+         f"{_fmt(real_p1)} (B=1 / 8); H200 6.6B {_fmt(p1_6)} (B=1 / 8 / 32), "
+         f"0.87B {_fmt(p1_1)} (B=1 / 8)",
          _status(cpu_p1 + real_p1 + gpu_p1, 1.0)),
         ("P2", "efficiency ≥ 0.90 at B ≤ 8, ≥ 0.75 at B = 32",
-         f"H200 6.6B {_fmt(eff6)}, 0.87B {_fmt(eff1)} (B=1 / 8 / 32)",
+         f"H200 6.6B {_fmt(eff6)} (B=1 / 8 / 32), 0.87B {_fmt(eff1)} (B=1 / 8)",
          f"B ≤ 8: {_status(p2, 0.90)}; B = 32: {_status(p2_32, 0.75)}"),
         ("P3", "demo: single stream ≥ 1.8, batch job ≥ 1.2; in process MTP ÷ BatchGenerator "
          "at B=1 ≥ 1.8",
@@ -90,15 +112,17 @@ def targets_section() -> list[str]:
          f"{_fmt(slow_pairs)} (bench/p4_pairs.py); one pass each (bench/engine.py): "
          f"{_fmt(slow)}", _status(slow_pairs or slow, 0.97)),
         ("P5", "hybrid MTP ÷ plain ≥ 1.5 at B = 1-16",
-         f"H200 trained hybrid, depth 3: {_fmt(_p5(p5))}; adaptive depth as a worker serves: "
-         f"{_fmt(_p5(p5a))} (B=1 / 4 / 8 / 16)", _status(_p5(p5), 1.5)),
+         f"H200 trained hybrid, depth 3: {_fmt(_served_p5(p5))}; adaptive depth as a worker "
+         f"serves: {_fmt(_served_p5(p5a))} (B=1 / 4 / 8 / 16; medians of 3 pairs)",
+         _status(_served_p5(p5), 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
-        "bf16). Why the missed ones are missed: bench/results/s29/README.md, "
-        "bench/results/s30/README.md, bench/results/s31/README.md and the stop notes.",
+        "bf16; GPU rows as the engine now runs, its launcher thread at 8 rows or more, "
+        "bench/results/s32/README.md). Why the missed ones are missed: "
+        "bench/results/s29/README.md, s30/, s31/, s32/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",

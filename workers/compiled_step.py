@@ -82,6 +82,9 @@ class CompiledStep:
         key = (
             self.signature, width, needed, cache.reads_exact_row(width), cache.kernel_attention,
             keys.shape, values.shape, tuple((x.shape, x.dtype) for x in inputs),
+            # MLX traces again on another stream (an engine launching from its own thread,
+            # workers/launch.py, and one that does not): a trace of its own
+            str(mx.default_stream(mx.default_device())),
         )  # fmt: skip
         fn, tracing = _TRACES.get(key), None
         if fn is None:

@@ -15,6 +15,7 @@ greedy tokens are the same either way.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -25,7 +26,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from workers import routes
+from workers import launch, routes
 from workers.backend import Backend
 from workers.config import DEFAULT_MODEL_DIR, EngineConfig
 from workers.depth_policy import DepthPolicy
@@ -35,6 +36,7 @@ from workers.forward import forward_window, forward_window_hidden
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
+from workers.launch import Launcher
 from workers.loading import embedding_rows, make_drafter, upcast_on_cpu
 from workers.membership import Membership
 from workers.pipeline import Flight, last_tokens, settle_before
@@ -63,6 +65,15 @@ class Engine(Membership):
         **config: object,
     ):
         self.config = EngineConfig(**config)  # type: ignore[arg-type]
+        # Pipelined rounds launch from a thread of their own where the launch is host work
+        # apart from the compute (a GPU: workers/launch.py); the engine's arrays then live on
+        # that thread's stream from its weights on.
+        self._launcher: Launcher | None = None
+        self._launch_rows = launch.rows_min(Backend.current())
+        if self.config.pipeline and self._launch_rows is not None:
+            launch.materialize(model, drafter)
+            self._launcher = launch.process_launcher()
+            self._launcher.adopt()
         self.model = model
         self.tokenizer = tokenizer
         self.drafter = drafter
@@ -168,13 +179,36 @@ class Engine(Membership):
             return bool(self.rows or self.waiting or self._inbox or self._prefill or self._flight)
 
     def step(self) -> list[RequestOutput]:
+        """One round: new requests join, the round in flight is read back and emitted, the
+        next is launched. On a GPU that launch may still be encoding when this returns (from
+        the launcher thread, workers/launch.py): other MLX work on this thread between steps
+        calls `settle()` first."""
+        if self._launcher is None:
+            launch.idle()  # on a thread that has adopted a launcher's stream: its last launch
+            return self._step()
+        self._launcher.adopt()  # this thread's ops on the launcher's stream (launch.py)
+        try:
+            return self._step()
+        except BaseException:
+            self._launcher.idle()  # a launch handed over may be encoding: the caller is next
+            raise
+
+    def settle(self) -> None:
+        """Wait until the round last handed to the launcher thread is encoded: after it, this
+        thread may evaluate again (the launcher evaluates on the stream its ops use)."""
+        if self._launcher is not None:
+            self._launcher.idle()
+
+    def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
         events = self._take_new_work()
         stats = RoundStats()
+        self._settle_if(any(r.is_finished for r in self.rows))
         events += self._drop_finished()  # aborted rows leave before a round computes them
         if (self.rows or self._flight) and self._pipelined():
             events += self._pipelined_step(stats)
         else:
+            self._settle_if(True)
             if self._flight is not None:  # a batch that cannot pipeline: drain first
                 flight, self._flight = self._flight, None
                 events += self._collect(flight, stats)
@@ -249,7 +283,12 @@ class Engine(Membership):
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
         t0 = time.perf_counter()
-        launched = self._launch() if self.rows else None
+        launcher = self._launcher
+        if launcher is not None and len(self.rows) < (self._launch_rows or 0):
+            launcher.idle()  # launched here: the last launch must be done with the stream
+            launcher = None
+        with launcher.routing() if launcher is not None else contextlib.nullcontext():
+            launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
             launched.launch_s = t1 - t0 - (self._flight.wait_s if self._flight else 0.0)
@@ -258,9 +297,11 @@ class Engine(Membership):
         if flight is not None:
             events += self._collect(flight, stats)
             events += [e for r in self.rows if (e := r.take_event()) is not None]
+            self._settle_if(any(r.is_finished for r in self.rows))
             events += self._drop_finished()  # finished in N: their N+1 slots are discarded
         t2 = time.perf_counter()
         if self.rows or self.waiting:
+            self._settle_if(bool(self.waiting or self._prefill))
             self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
             # Round N's cost: building and launching it (last step) plus waiting for and
@@ -270,6 +311,12 @@ class Engine(Membership):
             cost = flight.launch_s + flight.wait_s + (t2 - t1)
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
+
+    def _settle_if(self, changing: bool) -> None:
+        """Before the batch changes (rows leave or join, a round runs unpipelined), wait for
+        the launcher thread: only launching and reading back overlap a launch."""
+        if changing and self._launcher is not None:
+            self._launcher.idle()
 
     def _launch(self) -> Flight:
         """Build the next round from device state and start it; reads nothing back."""
@@ -294,7 +341,7 @@ class Engine(Membership):
             new_last = mx.take_along_axis(tokens, num_accepted[:, None], axis=1)[:, 0]
         flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
-        mx.async_eval(num_accepted, tokens, new_last, *([logprobs] if want_logprobs else []))
+        flight.launch(copies=self._launcher is not None)
         return flight
 
     def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:

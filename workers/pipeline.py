@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
 
+from workers import launch
+from workers.launch import Ticket
 from workers.rows import Row
 from workers.verify import Verdict
 
@@ -36,19 +39,61 @@ class Flight:
     width: int  # K + 1: the most tokens a row can have committed
     launch_s: float = 0.0  # host seconds spent building and launching it
     wait_s: float = 0.0  # seconds waited for it before the next launch (CPU, Engine)
+    # Launched from a launcher thread (workers/launch.py): its ticket, and the arrays the host
+    # reads, each a node of its own: the next round's graph takes the originals as inputs, and
+    # the launcher thread may be scheduling that graph while the host reads these.
+    ticket: Ticket | None = None
+    host: HostArrays | None = None
+
+    def launch(self, copies: bool) -> None:
+        """Start computing the round, through the launcher thread where the step routes.
+        `copies` (an engine with a launcher, routed or not): the host reads copies, since a
+        later round's launch from that thread may take the originals while they are read."""
+        outs = self.host_arrays()
+        if not copies:
+            mx.async_eval(*[a for a in outs if a is not None])
+            return
+        lp = outs.logprobs
+        self.host = HostArrays(
+            mx.stop_gradient(outs.num_accepted), mx.stop_gradient(outs.tokens),
+            mx.stop_gradient(outs.last), None if lp is None else mx.stop_gradient(lp),
+        )  # fmt: skip
+        self.ticket = launch.async_eval(*[a for a in (*outs, *self.host) if a is not None])
+
+    def host_arrays(self) -> HostArrays:
+        return HostArrays(self.num_accepted, self.tokens, self.last, self.logprobs)
+
+    def _read(self, array: mx.array, dtype: type) -> np.ndarray:
+        """A launched array on the host: after its ticket, a read only waits (launch.py)."""
+        if self.ticket is not None:
+            return self.ticket.read(array, dtype)
+        return np.array(array, dtype=dtype)
 
     def wait(self) -> None:
-        mx.eval(self.num_accepted, self.tokens, self.last)
+        if self.host is None:
+            mx.eval(self.num_accepted, self.tokens, self.last)
+        else:
+            self._read(self.host.last, np.int32)
 
     def read_back(self) -> Verdict:
         """Wait for the round and bring its outcome to the host."""
-        lp = self.logprobs
-        mx.eval(self.num_accepted, self.tokens, *([lp] if lp is not None else []))
+        host = self.host
+        if host is None:
+            host = self.host_arrays()
+            mx.eval(*[a for a in (host.num_accepted, host.tokens, host.logprobs) if a is not None])
+        lp = host.logprobs
         return Verdict(
-            num_accepted=np.array(self.num_accepted, dtype=np.int64),
-            tokens=np.array(self.tokens, dtype=np.int64),
-            logprobs=None if lp is None else np.array(lp, dtype=np.float64),
+            num_accepted=self._read(host.num_accepted, np.int64),
+            tokens=self._read(host.tokens, np.int64),
+            logprobs=None if lp is None else self._read(lp, np.float64),
         )
+
+
+class HostArrays(NamedTuple):
+    num_accepted: mx.array  # [B] int32
+    tokens: mx.array  # [B, K+1]
+    last: mx.array  # [B] int32
+    logprobs: mx.array | None  # [B, K+1]
 
 
 def last_tokens(rows: list[Row], prev: Flight | None) -> mx.array:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from workers.backend import Backend
 
@@ -57,8 +58,11 @@ class RowLinear(ViewLinear):
         M = x.size // K
         if not 1 < M <= ROWS_MAX:
             return super().__call__(x)
-        if M not in _indices:
-            _indices[M] = (mx.arange(M, dtype=mx.uint32), mx.zeros((M,), dtype=mx.uint32))
+        if M not in _indices:  # from host data: shared by every engine, whatever its stream
+            _indices[M] = (
+                mx.array(np.arange(M, dtype=np.uint32)),
+                mx.array(np.zeros(M, np.uint32)),
+            )
         rows, zero = _indices[M]
         y = mx.gather_mm(
             x.reshape(M, 1, K), self.weight_view(), lhs_indices=rows, rhs_indices=zero

@@ -15,12 +15,27 @@ def _write(root: Path, rel: str, data: dict) -> None:
     (root / rel).write_text(json.dumps(data))
 
 
-def _gpu(plain: list[float], eff: list[float]) -> dict:
+def _gpu(plain: list[float], eff: list[float], off: float = 0.5) -> dict:
+    """A `bench.gpu --ab-launch` file: BatchGenerator at 100 tokens/s, the launcher's side at
+    the given ratios, the other side at `off` times them (the report must read the side the
+    engine runs: off below 8 rows, on from 8)."""
     rows = {
-        b: {"plain_over_batch_generator": p, "efficiency": e}
+        b: {
+            "tokens_per_round": 5.0,
+            "tokens_per_s_each_pass": {
+                "bg": [100.0, 90.0, 110.0],
+                "plain": [100 * p], "plain_off": [100 * p * off],
+                "forced": [500 * e], "forced_off": [500 * e * off],
+            },
+        }
         for b, p, e in zip(("1", "8", "32"), plain, eff)
-    }
+    }  # fmt: skip
     return {"models": {"6b": {"rows": rows}}}
+
+
+def _p5(on: dict[str, float], off: dict[str, float]) -> dict:
+    return {"batch": {f"{b} launch": {"summary": {"mtp_over_plain_on": on[b],
+                                                  "mtp_over_plain_off": off[b]}} for b in on}}  # fmt: skip
 
 
 @pytest.fixture
@@ -30,19 +45,21 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_statuses_follow_the_numbers(results: Path) -> None:
-    _write(results, "s29/gpu_6b_final.json", _gpu([1.2, 0.9, 1.1], [0.95, 0.91, 0.74]))
-    _write(results, "s29/p5_final.json", {"batch": {"1": {"mtp_over_plain_median": 1.6}}})
+    # B=1 reads the off side: 2.4 * 0.5 = 1.2 and 1.9 * 0.5 = 0.95
+    _write(results, "s32/gpu_launch_ab_6b_h200.json", _gpu([2.4, 0.9, 1.1], [1.9, 0.91, 0.74]))
+    _write(results, "s32/p5_launch_ab_h200.json", _p5({"1": 0.1, "8": 1.7}, {"1": 1.6, "8": 0.2}))
     lines = rt.targets_section()
     rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| P")}
     assert set(rows) == {"P1", "P2", "P3", "P4", "P5"}
     assert rows["P1"].endswith("| missed in 1 of 3 (below 1.0) |"), rows["P1"]
+    assert "1.20 / 0.90 / 1.10" in rows["P1"], rows["P1"]
     assert "B ≤ 8: met; B = 32: missed in 1 of 1 (below 0.75)" in rows["P2"], rows["P2"]
-    assert rows["P5"].endswith("| met |") and "1.60" in rows["P5"]
+    assert rows["P5"].endswith("| met |") and "1.60 / 1.70" in rows["P5"], rows["P5"]
     assert rows["P4"].endswith("| not measured |")  # no engine_cpu.json here
 
 
 def test_a_target_every_result_clears_is_met(results: Path) -> None:
-    _write(results, "s29/gpu_6b_final.json", _gpu([1.0, 1.3, 1.1], [0.9, 0.95, 0.8]))
+    _write(results, "s32/gpu_launch_ab_6b_h200.json", _gpu([2.0, 1.3, 1.1], [1.8, 0.95, 0.8]))
     lines = rt.targets_section()
     p1 = next(line for line in lines if line.startswith("| P1"))
     p2 = next(line for line in lines if line.startswith("| P2"))

@@ -45,6 +45,7 @@ def run(prompts, compiled: bool, monkeypatch, noise: float = 0.0) -> tuple[list,
         drafter.head.update(tree_map(
             lambda a: a + mx.array(noise * rng.standard_normal(a.shape), a.dtype), drafter.head.parameters()
         ))  # fmt: skip
+        mx.eval(drafter.head.parameters())  # new weights are arrays like any input: not lazy
         if compiled:
             drafter.compile_steps()  # weights are read when a CompiledStep is made
     drafter.cache.span = 16  # as on MLX CUDA (kv_cache.SPAN): spans change every 16 slots
