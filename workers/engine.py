@@ -315,8 +315,8 @@ class Engine(Membership):
     def _settle_if(self, changing: bool) -> None:
         """Before the batch changes (rows leave or join, a round runs unpipelined), wait for
         the launcher thread: only launching and reading back overlap a launch."""
-        if changing and self._launcher is not None:
-            self._launcher.idle()
+        if changing:
+            self.settle()
 
     def _launch(self) -> Flight:
         """Build the next round from device state and start it; reads nothing back."""
