@@ -22,8 +22,10 @@ routes through the launcher (`routing`):
   graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads.
 The engine does nothing else while a launch may be running: before leaving rows or admitting
 new ones it waits (`idle`). A step may return with its launch still being encoded, so other
-MLX work on the engine's thread between steps waits first (`launch.idle()`); the service's
-engine loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle.
+MLX work on the engine's thread between steps waits first (`Engine.settle()`); the service's
+engine loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle. (Stop 32's
+full-suite segfaults were such work: a benchmark's timing wrappers, leaked into later tests,
+evaluated inside the rounds an engine built; bench/results/s32/README.md.)
 Elsewhere these are MLX's own calls.
 """
 
