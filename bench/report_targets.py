@@ -66,7 +66,11 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load("s32/gpu_launch_ab_6b_h200.json")
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    demo = _load("s31/demo_ab_cpu_d95c6bf_vs_3466a7d.json")
+    demo_runs = [  # the newest tree's demo runs (s33: this stop's tree against the last)
+        r
+        for name in ("s33/demo_ab_cpu_96c53f5_vs_s33.json", "s33/demo_ab_cpu_96c53f5_vs_s33_2.json")
+        for r in (_load(name) or {}).get("runs", [])
+    ]
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
@@ -79,7 +83,7 @@ def targets_section() -> list[str]:
     gpu_p1 = p1_6 + p1_1
     eff6 = _served_gpu(g6, "forced")  # B = 1, 8, 32
     eff1 = _served_gpu(g1_b1, "forced") + _served_gpu(g1, "forced")[1:]  # B = 1, 8
-    runs = [r for r in (demo or {}).get("runs", []) if r["tree"] == "after"]
+    runs = [r for r in demo_runs if r["tree"] == "after"]
     single, batch = [r["single_stream"] for r in runs], [r["batch_job"] for r in runs]
     in_proc = _engine(cpu, ("1",), "specfleet_mtp", BG) + _engine(
         cpu, ("1",), "specfleet_mtp_adaptive", BG
