@@ -2,8 +2,10 @@
 modules mlx-lm built.
 
 Engines install routes on the model they are given (workers/row_linear.py, skinny_linear.py,
-cpu_ops.py). A baseline or a reference decode that shares that model must run mlx-lm's own
-modules: `as_mlx_lm_built` undoes every route for its block and puts them back after.
+cpu_ops.py), and one for the process: MLX's CPU kernels built for the CPU (workers/cpu_jit.py;
+same bits, so nothing undoes it). A baseline or a reference decode that shares that model must
+run mlx-lm's own modules: `as_mlx_lm_built` undoes every route for its block and puts them back
+after.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from contextlib import contextmanager
 
 import mlx.nn as nn
 
-from workers import cpu_ops, row_linear, skinny_linear
+from workers import cpu_jit, cpu_ops, row_linear, skinny_linear
 from workers.backend import Backend
 
 
 def install(model: object, backend: Backend) -> None:
     """The engine's routes on `model` (a target, an MTP head, a draft model), in the order their
     predicates need: few-row linears as gemvs (MLX CUDA), the opt-in skinny kernel, held weight
-    views for every other linear, then the CPU's fewer-node RoPE and RMSNorm."""
+    views for every other linear, then the CPU's fewer-node RoPE and RMSNorm. First, for the
+    process, before the model's first compiled kernel is built: the CPU's JIT flags."""
+    cpu_jit.install()
     if backend.wants(row_linear.ENV):
         row_linear.install(model)
     if skinny_linear.wanted():

@@ -1,0 +1,113 @@
+"""MLX's CPU kernels built with the CPU's FMA/AVX2 (workers/cpu_jit.py): same bits, other code.
+
+The bit test runs MLX in subprocesses with empty kernel caches (MLX keeps built kernels by name
+under $TMPDIR, so a warm cache would hide which command built them): one with the wrapper, one
+without, each comparing compiled chains with MLX's uncompiled ops. The wrapper's kernels must
+hold FMA instructions (the flags reached g++) and return the bits the uncompiled ops and the
+baseline build return (no contraction of a * b + c).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers import cpu_jit
+
+ROOT = Path(__file__).resolve().parents[3]
+
+PROBE = r"""
+import json, sys
+import mlx.core as mx, mlx.nn as nn
+import numpy as np
+from workers import cpu_jit
+installed = cpu_jit.install()
+x = mx.random.normal((3, 37, 200), key=mx.random.key(0))
+y = mx.random.normal((3, 37, 200), key=mx.random.key(1))
+chains = {  # compiled -> the same ops uncompiled
+    "silu_gate": (mx.compile(lambda a, b: nn.silu(a) * b), lambda a, b: a * mx.sigmoid(a) * b),
+    "mul_add": (mx.compile(lambda a, b: a * b + a), lambda a, b: a * b + a),
+    "exp_chain": (mx.compile(lambda a, b: mx.exp(a - b) * 0.5), lambda a, b: mx.exp(a - b) * 0.5),
+}
+out = {"installed": installed is not None, "bits": {}}
+for name, (compiled, ops) in chains.items():
+    got, want = np.array(compiled(x, y)), np.array(ops(x, y))
+    out["bits"][name] = got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    np.save(sys.argv[1] + "/" + name + ".npy", got)
+print(json.dumps(out))
+"""
+
+
+def _probe(tmp: Path, flags_on: bool) -> tuple[dict, Path]:
+    """The probe in a child with an empty kernel cache, PATH without the wrapper an engine of
+    this test process may have put first (routes.install), the route on or off."""
+    side = tmp / ("on" if flags_on else "off")
+    (side / "tmp").mkdir(parents=True)
+    env = {**os.environ, "TMPDIR": str(side / "tmp"), "XDG_CACHE_HOME": str(side / "cache"),
+           "PATH": cpu_jit.without_wrappers(os.environ.get("PATH", "")), "PYTHONPATH": str(ROOT),
+           cpu_jit.ENV: "1" if flags_on else "0"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(side)], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), side
+
+
+def _fma_instructions(side: Path) -> int:
+    libs = sorted((side / "tmp").rglob("*.so"))
+    assert libs, "MLX built no kernel"
+    dump = subprocess.run(["objdump", "-d", *map(str, libs)], capture_output=True, text=True)
+    return dump.stdout.count("vfmadd")
+
+
+@pytest.mark.skipif(not cpu_jit.wanted(), reason="not MLX's CPU backend on an AVX2/FMA x86-64")
+def test_kernels_built_with_fma_return_the_uncompiled_bits(tmp_path):
+    if not (cpu_jit.shutil.which("g++") and cpu_jit.shutil.which("objdump")):
+        pytest.skip("no g++/objdump: MLX does not build CPU kernels here")
+    on, on_dir = _probe(tmp_path, flags_on=True)
+    off, off_dir = _probe(tmp_path, flags_on=False)
+    assert on["installed"] and not off["installed"]
+    assert _fma_instructions(on_dir) > 0  # the flags reached the compiler
+    assert _fma_instructions(off_dir) == 0  # ... and only through the wrapper
+    for name in on["bits"]:
+        assert on["bits"][name] and off["bits"][name], name  # compiled == uncompiled ops
+        a = (on_dir / f"{name}.npy").read_bytes()
+        assert a == (off_dir / f"{name}.npy").read_bytes(), name  # == the baseline build
+
+
+def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "g++").write_text("#!/bin/sh\n")
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(fake), "/usr/bin"]))
+    first = cpu_jit.install()
+    again = cpu_jit.install()
+    assert first == again == tmp_path / "specfleet" / "jit-cc"
+    path = os.environ["PATH"].split(os.pathsep)
+    assert path == [str(first), str(fake), "/usr/bin"]
+    script = (first / "g++").read_text()
+    assert f'exec "{fake / "g++"}" {" ".join(cpu_jit.FLAGS)} "$@"' in script
+    assert "-ffp-contract=off" in cpu_jit.FLAGS
+
+
+def test_not_installed_off_x86_or_when_opted_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = os.environ["PATH"]
+    monkeypatch.setattr(cpu_jit.platform, "machine", lambda: "arm64")
+    assert cpu_jit.install() is None
+    monkeypatch.setattr(cpu_jit.platform, "machine", lambda: "x86_64")
+    monkeypatch.setenv(cpu_jit.ENV, "0")
+    assert cpu_jit.install() is None
+    monkeypatch.setattr(cpu_jit, "cpu_features", lambda: {"avx2"})  # no fma, f16c
+    monkeypatch.delenv(cpu_jit.ENV)
+    assert cpu_jit.install() is None
+    assert os.environ["PATH"] == path
