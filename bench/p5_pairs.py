@@ -20,15 +20,22 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 
 from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 
 
-def timed_pass(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -> dict:
+def each(sp: SamplingParams | list[SamplingParams], n: int) -> list[SamplingParams]:
+    return sp if isinstance(sp, list) else [sp] * n
+
+
+def timed_pass(
+    engine: Engine, prompts: list[list[int]], sp: SamplingParams | list[SamplingParams]
+) -> dict:
     engine.take_round_stats()
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, [sp] * len(prompts))
+    outs = engine.generate(prompts, each(sp, len(prompts)))
     seconds = time.perf_counter() - t0
     stats = engine.take_round_stats()
     drafting = sum(s.num_drafts for s in stats)
@@ -108,7 +115,7 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
         "mtp_on": make(True),
     }
     for engine in engines.values():  # warm: every shape's kernels and graphs built once
-        engine.generate(prompts, [sp] * len(prompts))
+        engine.generate(prompts, each(sp, len(prompts)))
     runs: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(pairs):
         for name, engine in engines.items():
@@ -133,11 +140,20 @@ def main() -> None:
     ap.add_argument("--adaptive", action="store_true",
                     help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
                     "depth timed at startup (both engines warm up)")  # fmt: skip
+    ap.add_argument("--spread", type=float, default=0.0,
+                    help="each prompt's max tokens drawn uniformly within +- this share of "
+                    "--max-tokens (seeded): rows end apart, as served requests do; 0: all equal")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     served = {"adaptive_depth": True, "warm_up": True} if args.adaptive else {}
     prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
+    sp: SamplingParams | list[SamplingParams] = SamplingParams(
+        max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0
+    )
+    if args.spread:  # each prompt its own length, as served requests end apart
+        u = np.random.default_rng(0).random(len(prompts))
+        sp = [SamplingParams(max_tokens=max(1, round(args.max_tokens * (1 + args.spread * (2 * x - 1)))),
+                             ignore_eos=True, temperature=0.0) for x in u]  # fmt: skip
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         if args.ab_launch:
@@ -156,7 +172,7 @@ def main() -> None:
             args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth, **served
         )
         for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
-            engine.generate(prompts, [sp] * len(prompts))
+            engine.generate(prompts, each(sp, len(prompts)))
         if args.ab_row_linear or args.ab_rows_max:
             rows[f"{B} row_linear"] = ab_row_linear(
                 plain, mtp, prompts, sp, args.pairs, args.ab_rows_max
@@ -185,7 +201,7 @@ def main() -> None:
             "label": args.label, "model_dir": str(args.model_dir),
             "device": str(mx.default_device()), "mlx": mx.__version__,
             "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
-            "adaptive": args.adaptive,
+            "adaptive": args.adaptive, "spread": args.spread,
             "batch": rows}, indent=1))  # fmt: skip
 
 
