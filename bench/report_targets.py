@@ -1,5 +1,5 @@
 """RESULTS.md's first section: issue 11's speed targets, each read from the newest result that
-measures it (bench/results/s29/ to s32/README.md and their siblings say how each was run); a target's status is computed from those numbers."""
+measures it (bench/results/s29/ to s34/README.md and their siblings say how each was run); a target's status is computed from those numbers."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _status(xs: list[float], floor: float) -> str:
 def targets_section() -> list[str]:
     cpu, real = _load("engine_cpu.json"), _load("s28/engine_real_cpu.json")
     ab = _load("s28/cpu_ops_ab_cpu.json")
-    g6 = _load("s32/gpu_launch_ab_6b_h200.json")
+    g6 = _load("s33/gpu_launch_ab_6b_s33_h200.json")  # the newest 6.6B run (s32's read 0.80 at 32)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
     demo_runs = [  # the newest tree's demo runs (s33: this stop's tree against the last)
         r
@@ -72,6 +72,10 @@ def targets_section() -> list[str]:
         for r in (_load(name) or {}).get("runs", [])
     ]
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
+    # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
+    spread = [_load(f"s34/p5_pairs_64p_spread_{c}_s34_h200.json") for c in ("d3", "adaptive")]
+    p5_spread = [[d["batch"][b]["mtp_over_plain_median"] for b in ("8", "16")] if d else []
+                 for d in spread]  # fmt: skip
     cpu_p1 = (
         [ab["summary"][f"B={b}"]["plain_on_over_batch_generator"] for b in (1, 8)] if ab else []
     )
@@ -117,7 +121,9 @@ def targets_section() -> list[str]:
          f"{_fmt(slow)}", _status(slow_pairs or slow, 0.97)),
         ("P5", "hybrid MTP ÷ plain ≥ 1.5 at B = 1-16",
          f"H200 trained hybrid, depth 3: {_fmt(_served_p5(p5))}; adaptive depth as a worker "
-         f"serves: {_fmt(_served_p5(p5a))} (B=1 / 4 / 8 / 16; medians of 3 pairs)",
+         f"serves: {_fmt(_served_p5(p5a))} (B=1 / 4 / 8 / 16; medians of 3 pairs); as served "
+         f"traffic ends apart (64 prompts of 48-144 tokens, s34): depth 3 {_fmt(p5_spread[0])}, "
+         f"adaptive {_fmt(p5_spread[1])} (B=8 / 16)",
          _status(_served_p5(p5), 1.5)),
     ]  # fmt: skip
     out = [
@@ -126,7 +132,7 @@ def targets_section() -> list[str]:
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
         "bf16; GPU rows as the engine now runs, its launcher thread at 8 rows or more, "
         "bench/results/s32/README.md). Why the missed ones are missed: "
-        "bench/results/s29/README.md, s30/, s31/, s32/README.md and the stop notes.",
+        "bench/results/s29/README.md, s30/ to s34/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",
