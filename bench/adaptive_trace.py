@@ -5,7 +5,7 @@
 
 Per batch size, fresh engines as a serving worker builds them (warm-up; the MTP engine with the
 depth policy up to depth 3), then `--reps` passes of each over the held-out prompts (greedy, 96
-tokens, `ignore_eos`), plain first. For the MTP passes it records every round the policy
+tokens or `--spread` around 96, `ignore_eos`), plain first. For the MTP passes it records every round the policy
 observed (rows, depth, seconds, drafts accepted) and prints the depth sequence run-length
 encoded (`3x127`: 127 rounds at depth 3) and each (rows, depth) cell's rounds, median and total
 milliseconds. The first pass of fresh engines includes their cold builds (on MLX CUDA).
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
 from workers import Engine, SamplingParams
 
@@ -30,10 +31,12 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="8,16")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--spread", type=float, default=0.0, help="as bench/p5_pairs.py's")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = SamplingParams(max_tokens=96, ignore_eos=True, temperature=0.0)
+    sp = (spread_params(len(prompts), 96, args.spread) if args.spread
+          else [SamplingParams(max_tokens=96, ignore_eos=True, temperature=0.0)] * len(prompts))  # fmt: skip
     res: dict = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)
@@ -55,7 +58,7 @@ def main() -> None:
             for name, engine in (("plain", plain), ("mtp", mtp)):
                 log.clear()
                 t0 = time.perf_counter()
-                outs = engine.generate(prompts, [sp] * len(prompts))
+                outs = engine.generate(prompts, sp)
                 r[name] = round(sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0), 1)
             cells: dict[str, list[float]] = {}
             runs: list[list[int]] = []  # [depth, rounds] in order

@@ -30,6 +30,14 @@ def each(sp: SamplingParams | list[SamplingParams], n: int) -> list[SamplingPara
     return sp if isinstance(sp, list) else [sp] * n
 
 
+def spread_params(n: int, max_tokens: int, spread: float) -> list[SamplingParams]:
+    """Greedy params, each prompt its own max_tokens drawn uniformly (seeded) within +- `spread`
+    of `max_tokens`: rows end apart, as served requests do."""
+    u = np.random.default_rng(0).random(n)
+    return [SamplingParams(max_tokens=max(1, round(max_tokens * (1 + spread * (2 * x - 1)))),
+                           ignore_eos=True, temperature=0.0) for x in u]  # fmt: skip
+
+
 def timed_pass(
     engine: Engine, prompts: list[list[int]], sp: SamplingParams | list[SamplingParams]
 ) -> dict:
@@ -150,10 +158,8 @@ def main() -> None:
     sp: SamplingParams | list[SamplingParams] = SamplingParams(
         max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0
     )
-    if args.spread:  # each prompt its own length, as served requests end apart
-        u = np.random.default_rng(0).random(len(prompts))
-        sp = [SamplingParams(max_tokens=max(1, round(args.max_tokens * (1 + args.spread * (2 * x - 1)))),
-                             ignore_eos=True, temperature=0.0) for x in u]  # fmt: skip
+    if args.spread:
+        sp = spread_params(len(prompts), args.max_tokens, args.spread)
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         if args.ab_launch:
