@@ -13,8 +13,9 @@ for AVX2 adds `-mavx2 -mfma -mf16c` to that command itself (upstream jit_compile
 Same bits: GCC contracts `a * b + c` into one FMA once FMA is allowed, even with -std=c++17,
 which changed 34k of 113k outputs of a compiled `a * b + a` against MLX's uncompiled ops. So the
 wrapper also passes `-ffp-contract=off`: the only FMAs are the `std::fma` calls MLX's source
-makes, which libm's `fmaf` rounds the same way (both exact). Tested: compiled kernels built
-through the wrapper equal the uncompiled ops bit for bit (tests/workers/test_cpu_jit.py).
+makes, which libm's `fmaf` rounds the same way (both round the fused result once). Tested:
+kernels built through the wrapper equal the uncompiled ops and the baseline build bit for bit
+(tests/workers/engine/test_cpu_jit.py).
 
 Where: Linux x86-64, MLX's CPU backend, a CPU with avx2, fma and f16c, g++ on PATH, unless
 `SPECFLEET_CPU_JIT_FLAGS=0`. MLX keeps built kernels in `$TMPDIR/mlx/<version>/cpu` by name, not
@@ -24,6 +25,8 @@ bits) until that directory is cleared.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import platform
 import shutil
@@ -35,13 +38,14 @@ CPU_FEATURES = ("avx2", "fma", "f16c")  # /proc/cpuinfo names the FLAGS need
 MARK = "# specfleet workers/cpu_jit.py"  # first line after the shebang: our wrapper
 
 
-def cpu_features() -> set[str]:
+@functools.cache
+def cpu_features() -> frozenset[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return frozenset()
     line = next((x for x in text.splitlines() if x.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
+    return frozenset(line.partition(":")[2].split())
 
 
 def wanted() -> bool:
@@ -55,23 +59,26 @@ def wanted() -> bool:
     return set(CPU_FEATURES) <= cpu_features()
 
 
-def wrapper_dir() -> Path:
+def wrapper_dir(real: str) -> Path:
+    """One directory per (compiler, flags): two installs on one machine never rewrite each
+    other's wrapper under a process that runs it."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specfleet" / "jit-cc"
+    key = hashlib.sha1(" ".join([real, *FLAGS]).encode()).hexdigest()[:12]
+    return Path(base) / "specfleet" / "jit-cc" / key
 
 
 def without_wrappers(path: str) -> str:
     """`path` less every directory holding one of these wrappers (a child process that must
     build as MLX does: a baseline, a test's control)."""
 
-    def ours(d: str) -> bool:
-        gxx = Path(d) / "g++"
-        try:
-            return gxx.is_file() and MARK in gxx.read_text(errors="replace")
-        except OSError:
-            return False
+    return os.pathsep.join(d for d in path.split(os.pathsep) if MARK not in _read(Path(d) / "g++"))
 
-    return os.pathsep.join(d for d in path.split(os.pathsep) if not ours(d))
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(errors="replace") if file.is_file() else ""
+    except OSError:
+        return ""
 
 
 def install() -> Path | None:
@@ -79,19 +86,21 @@ def install() -> Path | None:
     or None where it does not apply or cannot be made (then MLX builds as it always does)."""
     if not wanted():
         return None
-    here = wrapper_dir()
     path = os.environ.get("PATH", "")
-    if path.split(os.pathsep)[:1] == [str(here)]:
-        return here
-    rest = os.pathsep.join(p for p in path.split(os.pathsep) if p != str(here))
+    first = path.split(os.pathsep)[0]
+    if first and MARK in _read(Path(first) / "g++"):
+        return Path(first)  # installed: this process's wrapper is first and still there
+    rest = without_wrappers(path)
     real = shutil.which("g++", path=rest)
     if real is None:
         return None  # no compiler: MLX does not compile on the CPU at all
+    here = wrapper_dir(real)
+    rest = os.pathsep.join(d for d in rest.split(os.pathsep) if d != str(here))  # if emptied
     script = f'#!/bin/sh\n{MARK}\nexec "{real}" {" ".join(FLAGS)} "$@"\n'
     try:
         here.mkdir(parents=True, exist_ok=True, mode=0o700)
         target = here / "g++"
-        if not target.exists() or target.read_text() != script:
+        if _read(target) != script:
             tmp = here / f".g++.{os.getpid()}"
             tmp.write_text(script)
             tmp.chmod(0o755)

@@ -91,9 +91,13 @@ def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", os.pathsep.join([str(fake), "/usr/bin"]))
     first = cpu_jit.install()
     again = cpu_jit.install()
-    assert first == again == tmp_path / "specfleet" / "jit-cc"
+    assert first is not None and first == again
+    assert first.parent == tmp_path / "specfleet" / "jit-cc"
     path = os.environ["PATH"].split(os.pathsep)
     assert path == [str(first), str(fake), "/usr/bin"]
+    (first / "g++").unlink()  # a cleaned cache: the next engine writes it again
+    assert cpu_jit.install() == first and (first / "g++").is_file()
+    assert os.environ["PATH"].split(os.pathsep) == path
     script = (first / "g++").read_text()
     assert f'exec "{fake / "g++"}" {" ".join(cpu_jit.FLAGS)} "$@"' in script
     assert "-ffp-contract=off" in cpu_jit.FLAGS
@@ -107,7 +111,7 @@ def test_not_installed_off_x86_or_when_opted_out(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_jit.platform, "machine", lambda: "x86_64")
     monkeypatch.setenv(cpu_jit.ENV, "0")
     assert cpu_jit.install() is None
-    monkeypatch.setattr(cpu_jit, "cpu_features", lambda: {"avx2"})  # no fma, f16c
+    monkeypatch.setattr(cpu_jit, "cpu_features", lambda: frozenset({"avx2"}))  # no fma, f16c
     monkeypatch.delenv(cpu_jit.ENV)
     assert cpu_jit.install() is None
     assert os.environ["PATH"] == path
