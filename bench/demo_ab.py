@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,8 +25,10 @@ LINE = re.compile(
 )
 
 
-def run_demo(tree: Path) -> dict:
+def run_demo(tree: Path, tmpdir: Path | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    if tmpdir is not None:  # the tree's own MLX kernel cache: kernels are kept by name, so a
+        env["TMPDIR"] = str(tmpdir)  # tree would otherwise reuse those the other built
     out = subprocess.run(
         [sys.executable, "-m", "cluster.cli", "demo"],
         cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=1800,
@@ -49,14 +52,22 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="the older tree (a git worktree)")
     ap.add_argument("--after", default=".", help="the newer tree (default: this one)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--own-kernel-cache", action="store_true",
+                    help="each tree its own $TMPDIR (MLX's compiled CPU kernels, kept by name: "
+                    "a tree that builds them differently, workers/cpu_jit.py, must not share)")  # fmt: skip
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     trees = {"before": Path(args.before).resolve(), "after": Path(args.after).resolve()}
+    tmp = Path(tempfile.mkdtemp(prefix="demo_ab_")) if args.own_kernel_cache else None
     runs = []
     for _ in range(args.repeats):
         for name, tree in trees.items():
             t0 = time.time()
-            row = {"tree": name, **run_demo(tree), "wall_s": round(time.time() - t0, 1)}
+            own = None
+            if tmp is not None:
+                own = tmp / name
+                own.mkdir(exist_ok=True)
+            row = {"tree": name, **run_demo(tree, own), "wall_s": round(time.time() - t0, 1)}
             print(json.dumps(row), flush=True)
             runs.append(row)
     report = {

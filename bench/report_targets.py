@@ -66,10 +66,8 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load("s33/gpu_launch_ab_6b_s33_h200.json")  # the newest 6.6B run (s32's read 0.80 at 32)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    demo_runs = [  # the newest tree's demo runs (s33: this stop's tree against the last)
-        r
-        for name in ("s33/demo_ab_cpu_96c53f5_vs_s33.json", "s33/demo_ab_cpu_96c53f5_vs_s33_2.json")
-        for r in (_load(name) or {}).get("runs", [])
+    demo_runs = [  # the newest tree's demo runs (s34: this stop's tree against the last)
+        r for r in (_load("s34/demo_ab_cpu_59745c6_vs_s34.json") or {}).get("runs", [])
     ]
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
