@@ -94,10 +94,9 @@ def install() -> Path | None:
     real = shutil.which("g++", path=rest)
     if real is None:
         return None  # no compiler: MLX does not compile on the CPU at all
-    here = wrapper_dir(real)
-    rest = os.pathsep.join(d for d in rest.split(os.pathsep) if d != str(here))  # if emptied
     script = f'#!/bin/sh\n{MARK}\nexec "{real}" {" ".join(FLAGS)} "$@"\n'
     try:
+        here = wrapper_dir(real)  # RuntimeError: no home directory (a bare container's uid)
         here.mkdir(parents=True, exist_ok=True, mode=0o700)
         target = here / "g++"
         if _read(target) != script:
@@ -105,7 +104,8 @@ def install() -> Path | None:
             tmp.write_text(script)
             tmp.chmod(0o755)
             os.replace(tmp, target)  # atomic: a process starting beside this one reads either
-    except OSError:
+    except (OSError, RuntimeError):
         return None
+    rest = os.pathsep.join(d for d in rest.split(os.pathsep) if d != str(here))  # if emptied
     os.environ["PATH"] = os.pathsep.join([str(here), rest]) if rest else str(here)
     return here

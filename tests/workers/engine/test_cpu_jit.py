@@ -115,3 +115,18 @@ def test_not_installed_off_x86_or_when_opted_out(tmp_path, monkeypatch):
     monkeypatch.delenv(cpu_jit.ENV)
     assert cpu_jit.install() is None
     assert os.environ["PATH"] == path
+
+
+def test_no_home_directory_leaves_mlx_as_it_is(monkeypatch):
+    """A container whose uid has no home: the engine still loads, MLX builds as it does."""
+    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("PATH", cpu_jit.without_wrappers(os.environ.get("PATH", "")))
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(cpu_jit.Path, "home", staticmethod(no_home))
+    path = os.environ["PATH"]
+    assert cpu_jit.install() is None
+    assert os.environ["PATH"] == path
