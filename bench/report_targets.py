@@ -22,6 +22,8 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
     return [rows[b][name]["tokens_per_s"] / rows[b][base]["tokens_per_s"] for b in Bs if b in rows]
 
 
+# The newest `bench.gpu --ab-launch` run of the 6.6B (stop 32's card read 0.80 at B = 32).
+GPU_6B = "s33/gpu_launch_ab_6b_s33_h200.json"
 ROWS_MIN = 8  # workers/launch.py: rounds of this many rows launch from the launcher thread
 
 
@@ -64,7 +66,7 @@ def _status(xs: list[float], floor: float) -> str:
 def targets_section() -> list[str]:
     cpu, real = _load("engine_cpu.json"), _load("s28/engine_real_cpu.json")
     ab = _load("s28/cpu_ops_ab_cpu.json")
-    g6 = _load("s33/gpu_launch_ab_6b_s33_h200.json")  # the newest 6.6B run (s32's read 0.80 at 32)
+    g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
     demo_runs = [  # the newest tree's demo runs (s34: this stop's tree against the last)
         r for r in (_load("s34/demo_ab_cpu_59745c6_vs_s34.json") or {}).get("runs", [])

@@ -46,7 +46,7 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_statuses_follow_the_numbers(results: Path) -> None:
     # B=1 reads the off side: 2.4 * 0.5 = 1.2 and 1.9 * 0.5 = 0.95
-    _write(results, "s32/gpu_launch_ab_6b_h200.json", _gpu([2.4, 0.9, 1.1], [1.9, 0.91, 0.74]))
+    _write(results, rt.GPU_6B, _gpu([2.4, 0.9, 1.1], [1.9, 0.91, 0.74]))
     _write(results, "s32/p5_launch_ab_h200.json", _p5({"1": 0.1, "8": 1.7}, {"1": 1.6, "8": 0.2}))
     lines = rt.targets_section()
     rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| P")}
@@ -59,7 +59,7 @@ def test_statuses_follow_the_numbers(results: Path) -> None:
 
 
 def test_a_target_every_result_clears_is_met(results: Path) -> None:
-    _write(results, "s32/gpu_launch_ab_6b_h200.json", _gpu([2.0, 1.3, 1.1], [1.8, 0.95, 0.8]))
+    _write(results, rt.GPU_6B, _gpu([2.0, 1.3, 1.1], [1.8, 0.95, 0.8]))
     lines = rt.targets_section()
     p1 = next(line for line in lines if line.startswith("| P1"))
     p2 = next(line for line in lines if line.startswith("| P2"))
