@@ -224,6 +224,7 @@ class RoundStats:
     # Drafts accepted by each row of the batch this round, in batch order.
     accepted_per_row: list[int] = field(default_factory=list)
     num_generated_tokens: int = 0
+    draft_depth: int = 0  # the most drafts a row proposed this round (0: plain decoding)
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_compact_s: float = 0.0

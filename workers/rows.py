@@ -132,6 +132,7 @@ def emit_round(rows: list[Row], counts: np.ndarray, verdict: Verdict, stats: Rou
     rows: the batch the round computed, in order; counts [B] drafts proposed per row."""
     K = verdict.tokens.shape[1] - 1
     stats.batch_size = len(rows)
+    stats.draft_depth = int(counts.max(initial=0))
     stats.accepted_per_pos = [0] * K
     for i, row in enumerate(rows):
         n_draft, n_acc = int(counts[i]), int(verdict.num_accepted[i])

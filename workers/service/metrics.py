@@ -173,6 +173,12 @@ class WorkerMetrics:
         self.batch_size = hist(
             "batch_size", "Rows in the running batch per decode round.", BATCH_BUCKETS
         )
+        self.decode_rounds = counter(
+            "decode_rounds",
+            "Decode rounds by the most drafts a row proposed (draft_depth 0: plain decoding): "
+            "how the adaptive depth policy spends its rounds.",
+            ("draft_depth",),
+        )
         self.num_running = Gauge(
             PREFIX + "num_requests_running", "Requests in the running batch.", LABELS, registry=r
         )
@@ -225,6 +231,7 @@ class WorkerMetrics:
         self.prefix_evicted.labels(**lab).inc(stats.num_prefix_evicted_tokens)
         if stats.batch_size > 0:  # a decode round ran (prefill-only rounds have no draft/verify)
             self.batch_size.labels(**lab).observe(stats.batch_size)
+            self.decode_rounds.labels(**lab, draft_depth=str(stats.draft_depth)).inc()
             for phase in ROUND_PHASES:
                 self.round_duration.labels(**lab, phase=phase).observe(
                     getattr(stats, f"time_{phase}_s")

@@ -173,6 +173,12 @@ def test_metrics_over_http_equal_engine_counts() -> None:
     decode_rounds = [s for s in rounds if s.batch_size > 0]
     assert metric("batch_size_count") == len(decode_rounds)
     assert metric("batch_size_sum") == sum(s.batch_size for s in decode_rounds)
+    by_depth = {dict(labels)["draft_depth"]: v for (n, labels), v in m.items()
+                if n == "specfleet_decode_rounds_total"}  # fmt: skip
+    assert sum(by_depth.values()) == len(decode_rounds)
+    drafting = sum(v for d, v in by_depth.items() if d != "0")
+    assert drafting == sum(s.num_draft_tokens > 0 for s in decode_rounds) > 0
+    assert max(map(int, by_depth)) == max(len(s.accepted_per_pos) for s in decode_rounds)
     assert metric("round_duration_seconds_count", phase="verify") == len(decode_rounds)
     assert metric("round_duration_seconds_sum", phase="verify") == pytest.approx(
         sum(s.time_verify_s for s in decode_rounds)
