@@ -64,10 +64,10 @@ def child(max_tokens: int) -> dict:
 
 def run_side(on: bool, max_tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        from workers.cpu_jit import ENV, without_wrappers
+        from workers.cpu_jit import ENV
 
-        env = {**os.environ, "TMPDIR": tmp, ENV: "1" if on else "0",
-               "PATH": without_wrappers(os.environ.get("PATH", ""))}  # fmt: skip
+        env = {**os.environ, "TMPDIR": tmp, ENV: "1" if on else "0"}  # off: install() drops
+        # a wrapper inherited on PATH
         done = subprocess.run(
             [sys.executable, "-m", "bench.cpu_jit_ab", "--child", "--max-tokens", str(max_tokens)],
             env=env, capture_output=True, text=True, check=True, timeout=1200,

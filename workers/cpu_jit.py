@@ -49,10 +49,12 @@ def cpu_features() -> frozenset[str]:
 
 
 def wanted() -> bool:
-    """Where the wrapper applies: MLX's CPU backend on Linux x86-64 with the CPU's units."""
-    import mlx.core as mx
+    """Where the wrapper applies: MLX's CPU backend on Linux x86-64 with the CPU's units,
+    unless ENV is "0" (the routes' switch, `Backend.wants`)."""
+    from workers.backend import Backend
+    from workers.cpu_ops import on_cpu
 
-    if os.environ.get(ENV) == "0" or mx.default_device() != mx.cpu:
+    if not (on_cpu() and Backend.current().wants(ENV, default=True)):
         return False
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return False
@@ -84,9 +86,11 @@ def _read(file: Path) -> str:
 def install() -> Path | None:
     """Put the `g++` wrapper first on this process's PATH (idempotent); returns its directory,
     or None where it does not apply or cannot be made (then MLX builds as it always does)."""
-    if not wanted():
-        return None
     path = os.environ.get("PATH", "")
+    if not wanted():
+        # Off here: a wrapper this process inherited (a parent's PATH) must not build either.
+        os.environ["PATH"] = without_wrappers(path)
+        return None
     first = path.split(os.pathsep)[0]
     if first and MARK in _read(Path(first) / "g++"):
         return Path(first)  # installed: this process's wrapper is first and still there

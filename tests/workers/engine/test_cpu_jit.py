@@ -43,14 +43,16 @@ print(json.dumps(out))
 """
 
 
-def _probe(tmp: Path, flags_on: bool) -> tuple[dict, Path]:
-    """The probe in a child with an empty kernel cache, PATH without the wrapper an engine of
-    this test process may have put first (routes.install), the route on or off."""
+def _probe(tmp: Path, flags_on: bool, path: str | None = None) -> tuple[dict, Path]:
+    """The probe in a child with an empty kernel cache, the route on or off. Off, the child's
+    install() also drops a wrapper it inherited on PATH (an engine of this test process may
+    have put one first, routes.install): the control must build as MLX does."""
     side = tmp / ("on" if flags_on else "off")
     (side / "tmp").mkdir(parents=True)
     env = {**os.environ, "TMPDIR": str(side / "tmp"), "XDG_CACHE_HOME": str(side / "cache"),
-           "PATH": cpu_jit.without_wrappers(os.environ.get("PATH", "")), "PYTHONPATH": str(ROOT),
-           cpu_jit.ENV: "1" if flags_on else "0"}  # fmt: skip
+           "PYTHONPATH": str(ROOT), cpu_jit.ENV: "1" if flags_on else "0"}  # fmt: skip
+    if path is not None:
+        env["PATH"] = path
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(side)], env=env, capture_output=True, text=True,
         timeout=300,
@@ -71,7 +73,11 @@ def test_kernels_built_with_fma_return_the_uncompiled_bits(tmp_path):
     if not (cpu_jit.shutil.which("g++") and cpu_jit.shutil.which("objdump")):
         pytest.skip("no g++/objdump: MLX does not build CPU kernels here")
     on, on_dir = _probe(tmp_path, flags_on=True)
-    off, off_dir = _probe(tmp_path, flags_on=False)
+    # The control inherits the "on" child's wrapper first on PATH, as a child of a process that
+    # installed it would: switched off, it must not build through it.
+    (wrapper,) = (on_dir / "cache").rglob("g++")
+    inherited = os.pathsep.join([str(wrapper.parent), os.environ.get("PATH", "")])
+    off, off_dir = _probe(tmp_path, flags_on=False, path=inherited)
     assert on["installed"] and not off["installed"]
     assert _fma_instructions(on_dir) > 0  # the flags reached the compiler
     assert _fma_instructions(off_dir) == 0  # ... and only through the wrapper
@@ -105,6 +111,7 @@ def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch
 
 def test_not_installed_off_x86_or_when_opted_out(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", cpu_jit.without_wrappers(os.environ.get("PATH", "")))
     path = os.environ["PATH"]
     monkeypatch.setattr(cpu_jit.platform, "machine", lambda: "arm64")
     assert cpu_jit.install() is None
