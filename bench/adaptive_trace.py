@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
-from workers import Engine, SamplingParams
+from workers import Engine
 
 
 def main() -> None:
@@ -35,8 +35,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = (spread_params(len(prompts), 96, args.spread) if args.spread
-          else [SamplingParams(max_tokens=96, ignore_eos=True, temperature=0.0)] * len(prompts))  # fmt: skip
+    sp = spread_params(len(prompts), 96, args.spread)  # spread 0: 96 tokens each
     res: dict = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)

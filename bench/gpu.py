@@ -98,13 +98,11 @@ def env_off(make, env: str):
     """An engine maker whose engine is built with `env` set to "0" (the A/B's off side of a
     setting read at construction, e.g. workers/launch.py's launcher thread)."""
 
+    from bench.peers import env_set
+
     def made():
-        saved = os.environ.get(env)
-        os.environ[env] = "0"
-        try:
+        with env_set(env, "0"):
             return make()
-        finally:
-            os.environ.pop(env) if saved is None else os.environ.__setitem__(env, saved)
 
     return made
 

@@ -26,10 +26,6 @@ from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 
 
-def each(sp: SamplingParams | list[SamplingParams], n: int) -> list[SamplingParams]:
-    return sp if isinstance(sp, list) else [sp] * n
-
-
 def spread_params(n: int, max_tokens: int, spread: float) -> list[SamplingParams]:
     """Greedy params, each prompt its own max_tokens drawn uniformly (seeded) within +- `spread`
     of `max_tokens`: rows end apart, as served requests do."""
@@ -38,12 +34,10 @@ def spread_params(n: int, max_tokens: int, spread: float) -> list[SamplingParams
                            ignore_eos=True, temperature=0.0) for x in u]  # fmt: skip
 
 
-def timed_pass(
-    engine: Engine, prompts: list[list[int]], sp: SamplingParams | list[SamplingParams]
-) -> dict:
+def timed_pass(engine: Engine, prompts: list[list[int]], sp: list[SamplingParams]) -> dict:
     engine.take_round_stats()
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, each(sp, len(prompts)))
+    outs = engine.generate(prompts, sp)
     seconds = time.perf_counter() - t0
     stats = engine.take_round_stats()
     drafting = sum(s.num_drafts for s in stats)
@@ -123,7 +117,7 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
         "mtp_on": make(True),
     }
     for engine in engines.values():  # warm: every shape's kernels and graphs built once
-        engine.generate(prompts, each(sp, len(prompts)))
+        engine.generate(prompts, sp)
     runs: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(pairs):
         for name, engine in engines.items():
@@ -155,11 +149,7 @@ def main() -> None:
     args = ap.parse_args()
     served = {"adaptive_depth": True, "warm_up": True} if args.adaptive else {}
     prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp: SamplingParams | list[SamplingParams] = SamplingParams(
-        max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0
-    )
-    if args.spread:
-        sp = spread_params(len(prompts), args.max_tokens, args.spread)
+    sp = spread_params(len(prompts), args.max_tokens, args.spread)  # spread 0: all equal
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         if args.ab_launch:
@@ -178,7 +168,7 @@ def main() -> None:
             args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth, **served
         )
         for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
-            engine.generate(prompts, each(sp, len(prompts)))
+            engine.generate(prompts, sp)
         if args.ab_row_linear or args.ab_rows_max:
             rows[f"{B} row_linear"] = ab_row_linear(
                 plain, mtp, prompts, sp, args.pairs, args.ab_rows_max

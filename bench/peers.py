@@ -21,11 +21,13 @@ reference's top-2 logprob gap there (a gap near 0 means a near-tie: numerics, no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,18 +149,25 @@ class Peers:
             from workers.gdn_recurrence import MODE_ENV
 
             mode = "loop" if name.endswith("_loop") else os.environ.get(MODE_ENV, "kernel")
-            saved = os.environ.get(MODE_ENV)
-            os.environ[MODE_ENV] = mode
-            try:
+            with env_set(MODE_ENV, mode):
                 return R.specfleet(self.model_dir, p, n, B, k, mtp="_mtp" in name)
-            finally:
-                if saved is None:
-                    os.environ.pop(MODE_ENV, None)
-                else:
-                    os.environ[MODE_ENV] = saved
         assert self.vlm is not None, name
         mtp, clamp = "_mtp" in name, not name.endswith("noclamp")
         return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=mtp, clamp=clamp)
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str) -> Iterator[None]:
+    """The environment variable `name` at `value` for the block, then as it was."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 def warm_up(peers: Peers, batch_sizes: list[int], max_tokens: int) -> tuple[list, dict]:

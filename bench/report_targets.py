@@ -8,6 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from workers.launch import ROWS_MIN  # rounds of this many rows launch from the launcher thread
+
 RESULTS = Path(__file__).parent / "results"
 BG, PLAIN = "mlx_lm_batch_generator", "specfleet_plain"
 
@@ -24,7 +26,6 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
 
 # The newest `bench.gpu --ab-launch` run of the 6.6B (stop 32's card read 0.80 at B = 32).
 GPU_6B = "s33/gpu_launch_ab_6b_s33_h200.json"
-ROWS_MIN = 8  # workers/launch.py: rounds of this many rows launch from the launcher thread
 
 
 def _served_gpu(data: dict | None, measure: str) -> list[float]:
@@ -68,9 +69,8 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    demo_runs = [  # the newest tree's demo runs (s34: this stop's tree against the last)
-        r for r in (_load("s34/demo_ab_cpu_59745c6_vs_s34.json") or {}).get("runs", [])
-    ]
+    # the newest tree's demo runs (s34: this stop's tree against the last)
+    demo_runs = (_load("s34/demo_ab_cpu_59745c6_vs_s34.json") or {}).get("runs", [])
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
     spread = [_load(f"s34/p5_pairs_64p_spread_{c}_s34_h200.json") for c in ("d3", "adaptive")]
