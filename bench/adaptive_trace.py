@@ -9,6 +9,12 @@ tokens or `--spread` around 96, `ignore_eos`), plain first. For the MTP passes i
 observed (rows, depth, seconds, drafts accepted) and prints the depth sequence run-length
 encoded (`3x127`: 127 rounds at depth 3) and each (rows, depth) cell's rounds, median and total
 milliseconds. The first pass of fresh engines includes their cold builds (on MLX CUDA).
+
+Each round also records why the policy took its depth (`trace_choices`): `probe` (a bucket's
+warm-up), `explore`, `held` (a choice reused within `refresh_every`), `rates` (tokens per second:
+each depth's predicted rate and the margin drafting had to clear) or `drain` (the job's end in
+sight: each depth's predicted seconds to finish the running and waiting rows, and the margin).
+The summary counts rounds by (reason, depth) and, for plain rounds of 8 rows or more, by reason.
 """
 
 from __future__ import annotations
@@ -20,9 +26,72 @@ from pathlib import Path
 
 import numpy as np
 
+import workers.depth_policy as depth_policy_module
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
 from workers import Engine
+from workers.depth_policy import DepthPolicy
+from workers.drain import job_seconds_by_depth
+
+
+def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
+    """Wrap `policy.choose` (and what it consults) to append, once per round, the depth chosen
+    and why (see the module docstring) to `choices`."""
+    why: dict = {}
+    choose, probe, may_explore, rates = (
+        policy.choose, policy._probe, policy._may_explore, policy._rates)  # fmt: skip
+    job_depth = depth_policy_module.job_depth
+
+    def traced_probe(batch_size):  # type: ignore[no-untyped-def]
+        k = probe(batch_size)
+        if k is not None:
+            why.update(why="probe")
+        return k
+
+    def traced_may_explore(batch_size, k, run=1):  # type: ignore[no-untyped-def]
+        ok = may_explore(batch_size, k, run)
+        why.update(why="explore" if ok else "explore refused")
+        return ok
+
+    def traced_rates(batch_size, switching_from=None):  # type: ignore[no-untyped-def]
+        r = rates(batch_size, switching_from)
+        if switching_from is not None:
+            top = policy.depths()[-1]
+            why.update(why="rates", gain=round(float(r[top] / r[0]), 3),
+                       margin=round(policy._margin(batch_size, top), 3))  # fmt: skip
+        return r
+
+    def traced_job_depth(drain, job):  # type: ignore[no-untyped-def]
+        s = job_seconds_by_depth(drain, job)
+        why.update(why="drain", W=len(drain.waiting), free=drain.free_slots,
+                   gain=round(s[0] / s[job.depths[-1]], 3),
+                   margin=round(float(job.margin[job.depths[-1]]), 3))  # fmt: skip
+        return job_depth(drain, job)
+
+    def traced_choose(batch_size):  # type: ignore[no-untyped-def]
+        why.clear()
+        k = choose(batch_size)
+        if not choices or choices[-1]["round"] != policy._rounds:
+            choices.append({"round": policy._rounds, "B": batch_size, "k": k,
+                            **(why or {"why": "held"})})  # fmt: skip
+        return k
+
+    policy._probe, policy._may_explore, policy._rates = (  # type: ignore[method-assign]
+        traced_probe, traced_may_explore, traced_rates)  # fmt: skip
+    policy.choose = traced_choose  # type: ignore[method-assign]
+    depth_policy_module.job_depth = traced_job_depth  # type: ignore[assignment]
+
+
+def reasons(choices: list[dict]) -> dict[str, dict[str, int]]:
+    """Rounds by reason and depth, and plain rounds of 8 rows or more by reason."""
+    by_depth: dict[str, int] = {}
+    plain_big: dict[str, int] = {}
+    for c in choices:
+        key = f"{c['why']} k={c['k']}"
+        by_depth[key] = by_depth.get(key, 0) + 1
+        if c["k"] == 0 and c["B"] >= 8:
+            plain_big[c["why"]] = plain_big.get(c["why"], 0) + 1
+    return {"by_reason_depth": by_depth, "plain_rounds_8plus": plain_big}
 
 
 def main() -> None:
@@ -52,10 +121,13 @@ def main() -> None:
             return _observe(counts, accepted, seconds)
 
         policy.observe = logged  # type: ignore[method-assign]
+        choices: list[dict] = []
+        trace_choices(policy, choices)
         for rep in range(args.reps):
             r: dict = {}
             for name, engine in (("plain", plain), ("mtp", mtp)):
                 log.clear()
+                choices.clear()
                 t0 = time.perf_counter()
                 outs = engine.generate(prompts, sp)
                 r[name] = round(sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0), 1)
@@ -70,12 +142,15 @@ def main() -> None:
             r["cells"] = {key: [len(v), round(float(np.median(v)), 2), round(float(np.sum(v)), 1)]
                           for key, v in sorted(cells.items())}  # fmt: skip
             r["runs"] = runs
+            r["reasons"] = reasons(choices)
+            r["choices"] = list(choices)
             r["acceptance"] = policy.acceptance().round(3).tolist()
             r["ratio"] = round(r["mtp"] / r["plain"], 3)
             res[f"B={B} rep{rep}"] = r
             print(f"B={B} rep{rep}: depths {' '.join(f'{k}x{n}' for k, n in runs)[:1500]}")
             print(f"B={B} rep{rep}: plain {r['plain']} mtp {r['mtp']} ratio {r['ratio']} "
                   f"cells (rounds, median ms, total ms) {r['cells']}", flush=True)  # fmt: skip
+            print(f"B={B} rep{rep}: reasons {r['reasons']}", flush=True)
     args.out.write_text(json.dumps(res, indent=1))
 
 

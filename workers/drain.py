@@ -155,10 +155,9 @@ class JobCosts(NamedTuple):
     depths: list[int]  # the depths to choose from
 
 
-def job_depth(drain: DrainingRows, job: JobCosts) -> int:
-    """The depth that finishes the running and waiting rows soonest (`job_seconds`, each
-    row at its own acceptance), charged what taking it costs once; drafting must still clear
-    its margin."""
+def job_seconds_by_depth(drain: DrainingRows, job: JobCosts) -> dict[int, float]:
+    """Seconds until the running and waiting rows have all finished at each depth (`job_seconds`,
+    each row at its own acceptance), plus what taking the depth costs once."""
     B = len(drain.remaining)
     c = job.acceptance
     base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
@@ -169,6 +168,13 @@ def job_depth(drain: DrainingRows, job: JobCosts) -> int:
         queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
         seconds[k] = job_seconds(rounds, queued, job.costs[:, k], drain.free_slots)
         seconds[k] += job.once[k]
+    return seconds
+
+
+def job_depth(drain: DrainingRows, job: JobCosts) -> int:
+    """The depth that finishes the job's rows soonest (`job_seconds_by_depth`); drafting must
+    still clear its margin."""
+    seconds = job_seconds_by_depth(drain, job)
     best = min(seconds, key=lambda j: seconds[j])
     if seconds[best] * (1 + job.margin[best]) > seconds[0]:
         return 0
