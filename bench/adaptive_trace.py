@@ -57,15 +57,19 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
         r = rates(batch_size, switching_from)
         if switching_from is not None:
             top = policy.depths()[-1]
+            costs = policy.round_costs(batch_size)
             why.update(why="rates", gain=round(float(r[top] / r[0]), 3),
-                       margin=round(policy._margin(batch_size, top), 3))  # fmt: skip
+                       margin=round(policy._margin(batch_size, top), 3),
+                       cost_ms=[round(float(costs[k]) * 1e3, 2) for k in (0, top)])  # fmt: skip
         return r
 
     def traced_job_depth(drain, job):  # type: ignore[no-untyped-def]
         s = job_seconds_by_depth(drain, job)
+        top = job.depths[-1]
         why.update(why="drain", W=len(drain.waiting), free=drain.free_slots,
-                   gain=round(s[0] / s[job.depths[-1]], 3),
-                   margin=round(float(job.margin[job.depths[-1]]), 3))  # fmt: skip
+                   gain=round(s[0] / s[top], 3), margin=round(float(job.margin[top]), 3),
+                   once_ms=[round(float(job.once[k]) * 1e3, 1) for k in (0, top)],
+                   cost_ms={k: (job.costs[1:, k] * 1e3).round(2).tolist() for k in (0, top)})  # fmt: skip
         return job_depth(drain, job)
 
     def traced_choose(batch_size):  # type: ignore[no-untyped-def]
@@ -144,6 +148,10 @@ def main() -> None:
             r["runs"] = runs
             r["reasons"] = reasons(choices)
             r["choices"] = list(choices)
+            r["policy_cells_ms"] = {f"{b},{k}": round(t * 1e3, 2)
+                                    for (b, k), t in sorted(policy._cells().items())}  # fmt: skip
+            r["policy_first_ms"] = {f"{b},{k}": round(t * 1e3, 2)
+                                    for (b, k), t in sorted(policy._first.items())}  # fmt: skip
             r["acceptance"] = policy.acceptance().round(3).tolist()
             r["ratio"] = round(r["mtp"] / r["plain"], 3)
             res[f"B={B} rep{rep}"] = r
