@@ -125,6 +125,32 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
     return on_off_summary(runs)
 
 
+def ab_policy(make, prompts, sp, pairs: int) -> dict:
+    """Per repeat: plain, adaptive MTP with the depth policy's `cap_by_larger` off, plain, the
+    same with it on (two adaptive engines, each keeping its own policy's state), then MTP at
+    fixed depth (the depth the adaptive engines may reach), all in one process."""
+    plain, mtp_off, mtp_on = make(False), make(True), make(True)
+    fixed = make(True, adaptive=False)
+    for engine in (mtp_off, mtp_on):
+        assert engine.depth_policy is not None, "--ab-policy needs --adaptive"
+    mtp_off.depth_policy.cap_by_larger = False  # before any live round: as it was before
+    for engine in (plain, mtp_off, mtp_on, fixed):  # warm: every shape's kernels built once
+        engine.generate(prompts, sp)
+    runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
+    runs["fixed"] = []
+    for _ in range(pairs):
+        for state, mtp in (("off", mtp_off), ("on", mtp_on)):
+            runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
+            runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
+        runs["fixed"].append(timed_pass(fixed, prompts, sp)["tokens_per_s"])
+    out = on_off_summary(runs)
+    plains = [(a + b) / 2 for a, b in zip(runs["plain_off"], runs["plain_on"])]
+    out["summary"]["fixed_over_plain"] = round(
+        statistics.median([f / p for f, p in zip(runs["fixed"], plains)]), 3
+    )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_args(ap, max_tokens=96)
@@ -139,6 +165,10 @@ def main() -> None:
     ap.add_argument("--ab-launch", action="store_true",
                     help="instead of the pairs: plain and MTP with workers/launch.py's launcher "
                     "thread off and on, in turns (engines built with each setting)")  # fmt: skip
+    ap.add_argument("--ab-policy", action="store_true",
+                    help="with --adaptive: instead of the pairs, adaptive MTP with the depth "
+                    "policy's cap_by_larger off and on, in turns with plain passes, and MTP "
+                    "at fixed --depth")  # fmt: skip
     ap.add_argument("--adaptive", action="store_true",
                     help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
                     "depth timed at startup (both engines warm up)")  # fmt: skip
@@ -152,16 +182,17 @@ def main() -> None:
     sp = spread_params(len(prompts), args.max_tokens, args.spread)  # spread 0: all equal
     rows = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
-        if args.ab_launch:
+        if args.ab_launch or args.ab_policy:
 
-            def make(mtp: bool, B: int = B) -> Engine:
+            def make(mtp: bool, B: int = B, adaptive: bool = args.adaptive) -> Engine:
                 if not mtp:
                     return Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
                 return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   draft_depth=args.depth, **served)  # fmt: skip
+                                   draft_depth=args.depth, **(served if adaptive else {}))  # fmt: skip
 
-            rows[f"{B} launch"] = ab_launch(make, prompts, sp, args.pairs)
-            print(f"{args.label} B={B}: {json.dumps(rows[f'{B} launch']['summary'])}", flush=True)
+            ab, name = (ab_policy, "policy") if args.ab_policy else (ab_launch, "launch")
+            rows[f"{B} {name}"] = ab(make, prompts, sp, args.pairs)
+            print(f"{args.label} B={B}: {json.dumps(rows[f'{B} {name}']['summary'])}", flush=True)
             continue
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
         mtp = Engine.load(

@@ -113,6 +113,9 @@ class DepthPolicy(RoundLog, BucketProbe):
     # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
     # draft less: only 0 and max are probed, explored and chosen.
     extremes_only: bool = False
+    # No batch size's round costs more than a larger batch's of its depth (workers/round_costs.py
+    # `cost_table`): a draining batch's sizes otherwise read their builds and few rounds.
+    cap_by_larger: bool = True
     # Rounds a depth is held when probed or explored. Above 1 (MLX CUDA), a run's first round
     # carries the switch (the other depth's pipelined tail, a graph rebuild) and sets no cost:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
@@ -183,7 +186,7 @@ class DepthPolicy(RoundLog, BucketProbe):
 
     def _round_costs_for(self, sizes: Sequence[int]) -> np.ndarray:
         """[len(sizes), max_depth + 1] `round_costs` of each batch size, from one fit."""
-        return cost_table(self._cells(), self._first, sizes, self.max_depth)
+        return cost_table(self._cells(), self._first, sizes, self.max_depth, self.cap_by_larger)
 
     def _cells(self) -> dict[tuple[int, int], float]:
         """Live cost medians, blended with the warm-up's (workers/round_costs.py `blend_warm`)."""

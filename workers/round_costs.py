@@ -6,7 +6,8 @@ its recent rounds: robust to one-off spikes, which the policy also sets aside (`
 on [1, B, k > 0, k, B*k]: the intercept, the rows, a drafter's fixed cost per round (an MTP head
 folding in the last verify's hidden states), its cost per draft step, and the verify's width
 on B rows. A depth never timed at that size costs at least what the deepest timed depth below
-it costs. Pure numpy and Python: the policy calls these once per choice.
+it costs, and no shape costs more than a larger batch's cell of its depth (`cost_table`). Pure
+numpy and Python: the policy calls these once per choice.
 """
 
 from __future__ import annotations
@@ -78,11 +79,17 @@ def blend_warm(
 
 
 def cost_table(
-    cells: dict[Cell, float], first: dict[Cell, float], sizes: Sequence[int], max_depth: int
+    cells: dict[Cell, float],
+    first: dict[Cell, float],
+    sizes: Sequence[int],
+    max_depth: int,
+    cap_by_larger: bool = True,
 ) -> np.ndarray:
     """[len(sizes), max_depth + 1] predicted seconds of a round per batch size and depth: a
     cell's median where it has one, else one fit over all cells (made once for all sizes); a
-    shape seen only once costs that round (`first`: its fastest round, the first included)."""
+    shape seen only once costs that round (`first`: its fastest round, the first included).
+    `cap_by_larger`: none above the cheapest larger batch's cell of its depth
+    (`_larger_cells_min`)."""
     depths = np.arange(max_depth + 1, dtype=np.float64)
     if not cells:
         return np.zeros((len(sizes), len(depths)))
@@ -92,6 +99,9 @@ def cost_table(
     grid_k = np.tile(depths, len(sizes))
     fits = np.maximum(0.0, _features(grid_b, grid_k) @ coef).reshape(len(sizes), -1)
     out = np.empty((len(sizes), len(depths)))
+    cap = np.full((len(sizes), len(depths)), np.inf)
+    if cap_by_larger:
+        cap = _larger_cells_min(cells, sizes, len(depths))
     for i, batch_size in enumerate(sizes):
         fitted = fits[i]
         costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(len(depths))])
@@ -108,7 +118,27 @@ def cost_table(
                 floor, last = max(floor, costs[k]), k
             else:
                 costs[k] = max(costs[k], floor + step * (k - last))
-        out[i] = costs
+        out[i] = np.minimum(costs, cap[i])
+    return out
+
+
+def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: int) -> np.ndarray:
+    """[len(sizes), n_depths] the cheapest cell of each depth at a batch size above each size
+    (inf where none): a round of fewer rows computes less, so it costs no more. A size's own
+    few rounds, or its first alone, read higher where they paid a build: on MLX CUDA a
+    draining batch's sizes (trained hybrid, H200) read 5-10 ms a depth-3 round against 2.9
+    ms for 16 rows, and the job's-end choice then decoded 100-250 rounds plainly where depth
+    3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
+    by_depth: list[list[tuple[int, float]]] = [[] for _ in range(n_depths)]
+    for (b, k), t in cells.items():
+        if k < n_depths:
+            by_depth[k].append((b, t))
+    out = np.full((len(sizes), n_depths), np.inf)
+    for k, cells_k in enumerate(by_depth):
+        for i, batch_size in enumerate(sizes):
+            above = [t for b, t in cells_k if b > batch_size]
+            if above:
+                out[i, k] = min(above)
     return out
 
 
