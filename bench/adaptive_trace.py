@@ -86,6 +86,40 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     depth_policy_module.job_depth = traced_job_depth  # type: ignore[assignment]
 
 
+def timed_steps(engine: Engine) -> list[tuple[float, int]]:
+    """Wrap `engine.step` to append each step's (seconds, prefill tokens) to the list returned
+    (until `del engine.step`)."""
+    steps: list[tuple[float, int]] = []
+    step = engine.step
+
+    def timed():  # type: ignore[no-untyped-def]
+        t, before = time.perf_counter(), len(engine._stats)
+        out = step()
+        prefilled = sum(s.num_prefill_tokens for s in engine._stats[before:])
+        steps.append((time.perf_counter() - t, prefilled))
+        return out
+
+    engine.step = timed  # type: ignore[method-assign]
+    return steps
+
+
+def step_split(wall: float, steps: list, stats: list, log: list) -> dict:
+    """Where a pass's seconds went: engine steps with and without a prefill, the prefills
+    themselves (RoundStats.time_prefill_s), the rounds the depth policy timed, and the rest
+    (generate's own loop)."""
+    with_prefill = [t for t, n in steps if n]
+    return {
+        "wall_s": round(wall, 3),
+        "steps": len(steps),
+        "steps_s": round(sum(t for t, _ in steps), 3),
+        "prefill_steps": len(with_prefill),
+        "prefill_steps_s": round(sum(with_prefill), 3),
+        "prefill_s": round(sum(s.time_prefill_s for s in stats), 3),
+        "prefill_tokens": sum(s.num_prefill_tokens for s in stats),
+        "policy_timed_s": round(sum(ms for _, _, ms, _ in log) / 1e3, 3),
+    }
+
+
 def reasons(choices: list[dict]) -> dict[str, dict[str, int]]:
     """Rounds by reason and depth, and plain rounds of 8 rows or more by reason."""
     by_depth: dict[str, int] = {}
@@ -132,9 +166,14 @@ def main() -> None:
             for name, engine in (("plain", plain), ("mtp", mtp)):
                 log.clear()
                 choices.clear()
+                engine.take_round_stats()
+                steps = timed_steps(engine)
                 t0 = time.perf_counter()
                 outs = engine.generate(prompts, sp)
-                r[name] = round(sum(len(o.tokens) for o in outs) / (time.perf_counter() - t0), 1)
+                wall = time.perf_counter() - t0
+                r[name] = round(sum(len(o.tokens) for o in outs) / wall, 1)
+                r[f"{name}_split"] = step_split(wall, steps, engine.take_round_stats(), log)
+                del engine.step  # the class's again
             cells: dict[str, list[float]] = {}
             runs: list[list[int]] = []  # [depth, rounds] in order
             for b, k, ms, _ in log:
@@ -159,6 +198,9 @@ def main() -> None:
             print(f"B={B} rep{rep}: plain {r['plain']} mtp {r['mtp']} ratio {r['ratio']} "
                   f"cells (rounds, median ms, total ms) {r['cells']}", flush=True)  # fmt: skip
             print(f"B={B} rep{rep}: reasons {r['reasons']}", flush=True)
+            print(
+                f"B={B} rep{rep}: split plain {r['plain_split']} mtp {r['mtp_split']}", flush=True
+            )
     args.out.write_text(json.dumps(res, indent=1))
 
 

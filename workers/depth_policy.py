@@ -231,6 +231,7 @@ class DepthPolicy(RoundLog, BucketProbe):
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
         B, ks = len(drain.remaining), range(self.max_depth + 1)
+        depths = self.depths()  # the margins of these only: each scans the rounds kept
         job = JobCosts(
             costs=self._round_costs_for(range(B + drain.free_slots + 1)),
             acceptance=self.acceptance(),
@@ -238,8 +239,8 @@ class DepthPolicy(RoundLog, BucketProbe):
             row_rates=np.array(self._row_rates),
             prior=self.drain_prior,
             once=np.array([self._once(B, k, switching_from) for k in ks]),
-            margin=np.array([self._margin(B, k) for k in ks]),
-            depths=self.depths(),
+            margin=np.array([self._margin(B, k) if k in depths else np.inf for k in ks]),
+            depths=depths,
         )
         return job_depth(drain, job)
 

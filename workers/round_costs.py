@@ -129,17 +129,13 @@ def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: 
     draining batch's sizes (trained hybrid, H200) read 5-10 ms a depth-3 round against 2.9
     ms for 16 rows, and the job's-end choice then decoded 100-250 rounds plainly where depth
     3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
-    by_depth: list[list[tuple[int, float]]] = [[] for _ in range(n_depths)]
-    for (b, k), t in cells.items():
+    at = np.asarray(sizes, dtype=np.int64)
+    grid = np.full((max(max(b for b, _ in cells), int(at.max(initial=0))) + 2, n_depths), np.inf)
+    for (b, k), t in cells.items():  # [sizes to the largest + 2, depths] each cell's seconds
         if k < n_depths:
-            by_depth[k].append((b, t))
-    out = np.full((len(sizes), n_depths), np.inf)
-    for k, cells_k in enumerate(by_depth):
-        for i, batch_size in enumerate(sizes):
-            above = [t for b, t in cells_k if b > batch_size]
-            if above:
-                out[i, k] = min(above)
-    return out
+            grid[b, k] = t
+    from_here = np.minimum.accumulate(grid[::-1], axis=0)[::-1]  # cheapest at b' >= b
+    return from_here[at + 1]  # ... at b' > b
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:
