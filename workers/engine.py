@@ -203,12 +203,11 @@ class Engine(Membership):
         t0 = time.perf_counter()
         events = self._take_new_work()
         stats = RoundStats()
-        self._settle_if(any(r.is_finished for r in self.rows))
         events += self._drop_finished()  # aborted rows leave before a round computes them
         if (self.rows or self._flight) and self._pipelined():
             events += self._pipelined_step(stats)
         else:
-            self._settle_if(True)
+            self.settle()  # a round that evaluates here
             if self._flight is not None:  # a batch that cannot pipeline: drain first
                 flight, self._flight = self._flight, None
                 events += self._collect(flight, stats)
@@ -297,11 +296,9 @@ class Engine(Membership):
         if flight is not None:
             events += self._collect(flight, stats)
             events += [e for r in self.rows if (e := r.take_event()) is not None]
-            self._settle_if(any(r.is_finished for r in self.rows))
             events += self._drop_finished()  # finished in N: their N+1 slots are discarded
         t2 = time.perf_counter()
         if self.rows or self.waiting:
-            self._settle_if(bool(self.waiting or self._prefill))
             self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
             # Round N's cost: building and launching it (last step) plus waiting for and
@@ -311,12 +308,6 @@ class Engine(Membership):
             cost = flight.launch_s + flight.wait_s + (t2 - t1)
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
-
-    def _settle_if(self, changing: bool) -> None:
-        """Before the batch changes (rows leave or join, a round runs unpipelined), wait for
-        the launcher thread: only launching and reading back overlap a launch."""
-        if changing:
-            self.settle()
 
     def _launch(self) -> Flight:
         """Build the next round from device state and start it; reads nothing back."""

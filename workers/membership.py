@@ -110,6 +110,11 @@ class Membership:
             )  # fmt: skip
             if not joining:
                 return
+        # A prefill evaluates on this thread: the launcher's last launch first (`settle`). Only
+        # then: with a queue and every slot taken (served traffic) nothing joins, and a wait
+        # every step would serialise the next round's launch with this step's host work.
+        self.settle()
+        if self._prefill is None:
             tail = joining_tail(
                 self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
             )
@@ -142,6 +147,7 @@ class Membership:
         keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
         if len(keep) == len(self.rows):
             return []
+        self.settle()  # the batch changes: the launcher's last launch first
         events = []
         for r in self.rows:
             if r.is_finished:
@@ -154,6 +160,10 @@ class Membership:
         if self.drafter is not None:
             self.drafter.keep_rows(keep)
         return [e for e in events if e is not None]
+
+    def settle(self) -> None:
+        """Wait until a round handed to a launcher thread is encoded (the engine's)."""
+        raise NotImplementedError
 
     def _forget(self, request_id: str) -> None:
         with self._lock:
