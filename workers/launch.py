@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +54,9 @@ class Ticket:
         self._started = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
+        # Seconds the hand-off waited for the launcher thread to finish the launch before
+        # (its encode, a graph switch or build for a new shape among it)
+        self.handoff_s = 0.0
 
     def wait(self) -> None:
         self._done.wait()
@@ -93,7 +97,9 @@ class Launcher:
         # going straight on with Python would hold the GIL for up to the switch interval (5 ms)
         # first. Inside `mx.async_eval` it releases the GIL again; it takes it back to set
         # `_done`, by when this thread waits for that (it releases the GIL there too).
+        t0 = time.perf_counter()
         ticket._started.wait()
+        ticket.handoff_s = time.perf_counter() - t0
         return ticket
 
     def idle(self) -> None:
