@@ -33,6 +33,8 @@ from workers import Engine
 from workers.depth_policy import DepthPolicy
 from workers.drain import job_seconds_by_depth
 
+JOB_DEPTH = depth_policy_module.job_depth
+
 
 def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     """Wrap `policy.choose` (and what it consults) to append, once per round, the depth chosen
@@ -40,7 +42,7 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     why: dict = {}
     choose, probe, may_explore, rates = (
         policy.choose, policy._probe, policy._may_explore, policy._rates)  # fmt: skip
-    job_depth = depth_policy_module.job_depth
+    job_depth = JOB_DEPTH  # the module's own, however many policies are traced
 
     def traced_probe(batch_size):  # type: ignore[no-untyped-def]
         k = probe(batch_size)

@@ -131,8 +131,7 @@ def ab_policy(make, prompts, sp, pairs: int) -> dict:
     fixed depth (the depth the adaptive engines may reach), all in one process."""
     plain, mtp_off, mtp_on = make(False), make(True), make(True)
     fixed = make(True, adaptive=False)
-    for engine in (mtp_off, mtp_on):
-        assert engine.depth_policy is not None, "--ab-policy needs --adaptive"
+    assert mtp_off.depth_policy is not None and mtp_on.depth_policy is not None
     mtp_off.depth_policy.cap_by_larger = False  # before any live round: as it was before
     for engine in (plain, mtp_off, mtp_on, fixed):  # warm: every shape's kernels built once
         engine.generate(prompts, sp)
@@ -177,6 +176,8 @@ def main() -> None:
                     "--max-tokens (seeded): rows end apart, as served requests do; 0: all equal")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.ab_policy and not args.adaptive:
+        ap.error("--ab-policy compares adaptive engines: add --adaptive")
     served = {"adaptive_depth": True, "warm_up": True} if args.adaptive else {}
     prompts = heldout_prompts(args.model_dir, args.prompts)
     sp = spread_params(len(prompts), args.max_tokens, args.spread)  # spread 0: all equal

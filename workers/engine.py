@@ -68,8 +68,9 @@ class Engine(Membership):
         # Pipelined rounds launch from a thread of their own where the launch is host work
         # apart from the compute (a GPU: workers/launch.py); the engine's arrays then live on
         # that thread's stream from its weights on.
+        backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
         self._launcher: Launcher | None = None
-        self._launch_rows = launch.rows_min(Backend.current())
+        self._launch_rows = launch.rows_min(backend)
         if self.config.pipeline and self._launch_rows is not None:
             launch.materialize(model, drafter)
             self._launcher = launch.process_launcher()
@@ -103,7 +104,6 @@ class Engine(Membership):
             self.config.prefix_block_tokens,
             self.cache.recurrent,
         )
-        backend = Backend.current()  # what new shapes and launches cost (workers/backend.py)
         self.pad_verify = backend.builds_per_shape  # one graph per round shape; one-batch prefill
         routes.install(model, backend)  # fewer launches / graph nodes per forward, same numbers
         # A drafter that can never pay is set aside (drafter_off says why): the engine runs plain.

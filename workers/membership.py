@@ -103,6 +103,9 @@ class Membership:
         Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
         with nothing running, the whole prompt goes through at once.
         """
+        # A prefill evaluates on this thread: the launcher's last launch first (`settle`). Only
+        # then: with a queue and every slot taken (served traffic) nothing joins, and a wait
+        # every step would serialise the next round's launch with this step's host work.
         if self._prefill is None:
             joining = pick_joining(
                 self.waiting, self.rows, self._reserve, self.kv_budget,
@@ -110,17 +113,15 @@ class Membership:
             )  # fmt: skip
             if not joining:
                 return
-        # A prefill evaluates on this thread: the launcher's last launch first (`settle`). Only
-        # then: with a queue and every slot taken (served traffic) nothing joins, and a wait
-        # every step would serialise the next round's launch with this step's host work.
-        self.settle()
-        if self._prefill is None:
+            self.settle()
             tail = joining_tail(
                 self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
             )
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
+        else:
+            self.settle()
         p = self._prefill
         t0 = time.perf_counter()
         done = p.advance(

@@ -99,9 +99,7 @@ def cost_table(
     grid_k = np.tile(depths, len(sizes))
     fits = np.maximum(0.0, _features(grid_b, grid_k) @ coef).reshape(len(sizes), -1)
     out = np.empty((len(sizes), len(depths)))
-    cap = np.full((len(sizes), len(depths)), np.inf)
-    if cap_by_larger:
-        cap = _larger_cells_min(cells, sizes, len(depths))
+    cap = _larger_cells_min(cells, sizes, len(depths)) if cap_by_larger else None
     for i, batch_size in enumerate(sizes):
         fitted = fits[i]
         costs = np.array([cells.get((batch_size, k), fitted[k]) for k in range(len(depths))])
@@ -118,24 +116,28 @@ def cost_table(
                 floor, last = max(floor, costs[k]), k
             else:
                 costs[k] = max(costs[k], floor + step * (k - last))
-        out[i] = np.minimum(costs, cap[i])
+        out[i] = costs if cap is None else np.minimum(costs, cap[i])
     return out
 
 
 def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: int) -> np.ndarray:
-    """[len(sizes), n_depths] the cheapest cell of each depth at a batch size above each size
-    (inf where none): a round of fewer rows computes less, so it costs no more. A size's own
-    few rounds, or its first alone, read higher where they paid a build: on MLX CUDA a
-    draining batch's sizes (trained hybrid, H200) read 5-10 ms a depth-3 round against 2.9
-    ms for 16 rows, and the job's-end choice then decoded 100-250 rounds plainly where depth
-    3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
+    """[len(sizes), n_depths] the cheapest other cell at this batch size or a larger one, at
+    this depth or a deeper one (inf where none): a round of fewer rows or fewer drafts computes
+    less, so it costs no more. A size's own few rounds, or its first alone, read higher where they paid a build:
+    on MLX CUDA a draining batch's sizes (trained hybrid, H200) read 5-10 ms a depth-3 round
+    against 2.9 ms for 16 rows, and the job's-end choice then decoded 100-250 rounds plainly
+    where depth 3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
     at = np.asarray(sizes, dtype=np.int64)
-    grid = np.full((max(max(b for b, _ in cells), int(at.max(initial=0))) + 2, n_depths), np.inf)
-    for (b, k), t in cells.items():  # [sizes to the largest + 2, depths] each cell's seconds
+    assert at.min(initial=0) >= 0 and all(b >= 0 and k >= 0 for b, k in cells)
+    top = max(max((b for b, _ in cells), default=0), int(at.max(initial=0))) + 2
+    grid = np.full((top, n_depths), np.inf)  # [sizes up to the largest + 2, depths]
+    for (b, k), t in cells.items():
         if k < n_depths:
             grid[b, k] = t
-    from_here = np.minimum.accumulate(grid[::-1], axis=0)[::-1]  # cheapest at b' >= b
-    return from_here[at + 1]  # ... at b' > b
+    deeper = np.minimum.accumulate(grid[:, ::-1], axis=1)[:, ::-1]  # cheapest at k' >= k
+    larger = np.minimum.accumulate(deeper[::-1], axis=0)[::-1]  # ... and at b' >= b
+    deeper_here = np.concatenate([deeper[:, 1:], np.full((top, 1), np.inf)], axis=1)  # k' > k
+    return np.minimum(larger[at + 1], deeper_here[at])  # b' > b, or b' = b and k' > k
 
 
 def _features(B: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -214,6 +214,7 @@ def test_a_queue_waiting_on_a_full_batch_settles_only_where_the_batch_changes(la
         for ev in engine.step():
             tokens[ev.request_id] += ev.new_tokens
         if prefilling or engine._prefill or [r.request_id for r in engine.rows] != ids:
+            assert len(settles) > before, "rows left or joined without a settle"
             continue
         assert len(settles) == before, "a step settled with the batch unchanged"
         steady += queued
@@ -224,9 +225,10 @@ def test_a_queue_waiting_on_a_full_batch_settles_only_where_the_batch_changes(la
 
 def test_a_rounds_launch_time_leaves_out_the_wait_for_the_launch_before(monkeypatch):
     """The hand-off of round N+1 waits while the launcher thread still launches round N (its
-    encode, a graph switch or build on a GPU). That wait is N's, not N+1's: in N+1's launch
-    time it reached the depth policy as N+1's cost (depth-3 rounds probed among plain ones
-    read 15 ms on the H200 where held they ran 3-5). Here a launch is held 0.3 s."""
+    encode, a graph switch or build on a GPU). That wait is not N+1's: in N+1's launch time it
+    reached the depth policy as N+1's cost (depth-3 rounds probed among plain ones read 15 ms
+    on the H200 where held they ran 3-5), so it is left out, as the per-step settle kept it
+    out before. Here a launch is held 0.3 s."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
     held, release = threading.Event(), threading.Event()

@@ -9,7 +9,7 @@ from workers.drain import DrainingRows, JobCosts, job_depth
 from workers.round_costs import cost_table
 
 
-def test_a_size_costs_no_more_than_a_larger_batch_of_its_depth():
+def test_a_size_costs_no_more_than_a_larger_batch_at_its_depth_or_deeper():
     cells = {(16, 0): 0.0020, (16, 3): 0.0030, (13, 3): 0.0099, (4, 0): 0.0015, (4, 3): 0.0025}
     first = {(12, 3): 0.0075}  # seen once: its build round
     sizes = [13, 12, 4, 2, 16, 32]
@@ -20,6 +20,7 @@ def test_a_size_costs_no_more_than_a_larger_batch_of_its_depth():
     assert at[13][0] <= 0.0020 and at[12][0] <= 0.0020  # fitted, capped by 16's
     assert at[4][0] == 0.0015 and at[4][3] == 0.0025  # cheaper than any larger: its own
     assert at[2][3] <= 0.0025  # capped by 4's, the cheapest above it
+    assert at[13][1] <= 0.0030 and at[13][2] <= 0.0030  # no cells at 1-2: 16's depth 3 caps
     assert at[16][0] == 0.0020 and at[16][3] == 0.0030  # the largest: its own cells
     # Past the largest cell nothing caps: the fit (or the floor) decides.
     assert at[32][3] > 0.0030
@@ -41,6 +42,9 @@ def test_a_lone_last_row_drafts_on_the_h200_trace_costs():
     first = {(1, 2): 12.43e-3}
     drain = DrainingRows(remaining=np.array([140.0] + [8.0] * 15), drafted=np.full(16, 60.0),
                          accepted=np.full(16, 47.0))  # fmt: skip
+
+    capped = cost_table(cells, first, range(17), 3)
+    assert (np.diff(capped[1:], axis=1) >= 0).all()  # no depth cheaper than a shallower one
 
     def depth(cap: bool) -> int:
         job = JobCosts(costs=cost_table(cells, first, range(17), 3, cap),
