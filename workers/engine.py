@@ -281,19 +281,20 @@ class Engine(Membership):
 
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
-        t0 = time.perf_counter()
-        launcher = self._launcher
-        if launcher is not None and len(self.rows) < (self._launch_rows or 0):
+        launcher, rows_min = self._launcher, self._launch_rows
+        if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
             launcher.idle()  # launched here: the last launch must be done with the stream
             launcher = None
+        t0 = time.perf_counter()  # after that wait (see launch_s below)
         with launcher.routing() if launcher is not None else contextlib.nullcontext():
             launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
-            # Not the hand-off's wait for the launcher thread to finish the launch before: what
-            # that launch cost beyond the round (a graph switch or build for its shape) would
-            # land in this round's cost, and a depth probed or explored among plain rounds
-            # read 15 ms a round on the H200 where held it ran 3-5 (bench/results/s35).
+            # Not the waits for the launcher thread to finish the launch before (the hand-off's,
+            # or the idle above): what that launch cost beyond the round (a graph switch or
+            # build for its shape) would land in this round's cost, and a depth probed or
+            # explored among plain rounds read 15 ms a round on the H200 where held it ran
+            # 3-5 (bench/results/s35).
             handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
             prev_wait = self._flight.wait_s if self._flight else 0.0
             launched.launch_s = t1 - t0 - prev_wait - handoff
