@@ -132,7 +132,8 @@ def ab_policy(make, prompts, sp, pairs: int) -> dict:
     plain, mtp_off, mtp_on = make(False), make(True), make(True)
     fixed = make(True, adaptive=False)
     assert mtp_off.depth_policy is not None and mtp_on.depth_policy is not None
-    mtp_off.depth_policy.cap_by_larger = False  # before any live round: as it was before
+    mtp_off.depth_policy.cap_by_larger = False  # before any live round
+    mtp_on.depth_policy.cap_by_larger = True
     for engine in (plain, mtp_off, mtp_on, fixed):  # warm: every shape's kernels built once
         engine.generate(prompts, sp)
     runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}

@@ -113,9 +113,10 @@ class DepthPolicy(RoundLog, BucketProbe):
     # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
     # draft less: only 0 and max are probed, explored and chosen.
     extremes_only: bool = False
-    # No batch size's round costs more than a larger batch's of its depth (workers/round_costs.py
-    # `cost_table`): a draining batch's sizes otherwise read their builds and few rounds.
-    cap_by_larger: bool = True
+    # No round costs more than one of more rows or more drafts measured (workers/round_costs.py
+    # `cost_table`): where each new shape is a build (MLX CUDA) a draining batch's sizes
+    # otherwise read their builds and few rounds.
+    cap_by_larger: bool = False
     # Rounds a depth is held when probed or explored. Above 1 (MLX CUDA), a run's first round
     # carries the switch (the other depth's pipelined tail, a graph rebuild) and sets no cost:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,

@@ -59,6 +59,10 @@ def attach_drafter(
         extremes_only=backend.builds_per_shape,
         one_off_max=3 if backend.builds_per_shape else 0,  # compiles per span: seconds
         run=4 if backend.builds_per_shape else 1,  # a switch rebuilds graphs: depths held
+        # a draining batch's new sizes pay builds there (round_costs.cost_table); on the CPU a
+        # larger batch's warm-up cells (short contexts) would cap live ones (the demo's batch
+        # job read 0.80 and 0.94 with the cap against 1.08 and 0.99 without, s35)
+        cap_by_larger=backend.builds_per_shape,
     )
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:

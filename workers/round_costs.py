@@ -83,7 +83,7 @@ def cost_table(
     first: dict[Cell, float],
     sizes: Sequence[int],
     max_depth: int,
-    cap_by_larger: bool = True,
+    cap_by_larger: bool = False,
 ) -> np.ndarray:
     """[len(sizes), max_depth + 1] predicted seconds of a round per batch size and depth: a
     cell's median where it has one, else one fit over all cells (made once for all sizes); a

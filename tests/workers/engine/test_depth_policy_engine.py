@@ -46,6 +46,7 @@ def test_adaptive_engine_is_lossless_and_uses_several_depths(models):
         target, drafter=SameSizeDrafter(draft), max_batch_size=5, draft_depth=4, adaptive_depth=True
     )
     assert isinstance(engine.depth_policy, DepthPolicy)
+    assert not engine.depth_policy.cap_by_larger  # the CPU builds no graph per shape
     engine.depth_policy = CyclingPolicy(max_depth=4)
     outs = engine.generate(prompts, SamplingParams(max_tokens=24))
     for i, (o, p) in enumerate(zip(outs, prompts)):

@@ -13,7 +13,7 @@ def test_a_size_costs_no_more_than_a_larger_batch_at_its_depth_or_deeper():
     cells = {(16, 0): 0.0020, (16, 3): 0.0030, (13, 3): 0.0099, (4, 0): 0.0015, (4, 3): 0.0025}
     first = {(12, 3): 0.0075}  # seen once: its build round
     sizes = [13, 12, 4, 2, 16, 32]
-    table = cost_table(cells, first, sizes, 3)
+    table = cost_table(cells, first, sizes, 3, cap_by_larger=True)
     at = dict(zip(sizes, table))
     assert at[13][3] == 0.0030  # its own median (a build in it) capped by 16's
     assert at[12][3] == 0.0030  # its first round alone, capped
@@ -43,7 +43,7 @@ def test_a_lone_last_row_drafts_on_the_h200_trace_costs():
     drain = DrainingRows(remaining=np.array([140.0] + [8.0] * 15), drafted=np.full(16, 60.0),
                          accepted=np.full(16, 47.0))  # fmt: skip
 
-    capped = cost_table(cells, first, range(17), 3)
+    capped = cost_table(cells, first, range(17), 3, cap_by_larger=True)
     assert (np.diff(capped[1:], axis=1) >= 0).all()  # no depth cheaper than a shallower one
 
     def depth(cap: bool) -> int:

@@ -197,6 +197,7 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     policy = engine.depth_policy
     assert policy is not None and policy._rounds == 0 and not policy._probed
     assert policy.forced is None and policy.run == 4 and policy.extremes_only  # settings kept
+    assert policy.cap_by_larger  # where each new shape is a build (the CPU's policy: off)
     assert {(b, k) for b in (1, 2, 3, 4) for k in (0, 3)} <= policy._seen  # and what is built
     assert not policy._rows and not policy._tried.any()  # not what the rounds cost or accepted
     monkeypatch.setattr(Engine, "step", real_step)
