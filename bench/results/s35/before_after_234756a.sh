@@ -9,7 +9,7 @@ mkdir -p /tmp/s35/ba/tmp_before /tmp/s35/ba/tmp_after
 for pass in 1 2 3; do
   for side in before after; do
     t=${TREE[$side]}
-    (cd $t && TMPDIR=/tmp/s35/ba/tmp_$side PATH=/usr/local/bin:/usr/bin:/bin PYTHONPATH=$t timeout 600 /work/main/.venv/bin/python bench/engine.py --batch-sizes 1,8 --max-tokens 32 --no-slow-draft --skip-context --out /tmp/s35/ba/engine_${side}_$pass.json > /tmp/s35/ba/engine_${side}_$pass.log 2>&1)
+    (cd $t && TMPDIR=/tmp/s35/ba/tmp_$side PATH=/usr/local/bin:/usr/bin:/bin PYTHONPATH=$t timeout 600 /work/main/.venv/bin/python bench/engine.py --batch-sizes 1,8 --max-tokens 32 --no-slow-draft --skip-context --out /tmp/s35/ba/final_engine_${side}_$pass.json > /tmp/s35/ba/final_engine_${side}_$pass.log 2>&1)
     echo "$pass $side done $(date +%T)"
   done
 done
