@@ -161,12 +161,9 @@ def test_a_batch_growing_past_rows_min_moves_its_launches_to_the_thread(
     assert 0 < len(routed) < len(flights), (len(routed), len(flights))
 
 
-def test_settle_waits_for_the_launch_a_step_left_encoding(monkeypatch):
-    """`step()` may return while the launcher thread still encodes the round it handed over;
-    `settle()` returns only once that launch is done, after which the caller's own MLX work
-    (here mlx-lm's decode, the reference) runs safely between steps."""
-    target = tiny_model("qwen3", seed=5, layers=2)
-    engine = Engine(target, max_batch_size=2)
+def hold_launches(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """From now on the launcher thread holds its next launch until `release` is set; `held`
+    is set once it does. Returns (held, release)."""
     held, release = threading.Event(), threading.Event()
     real = mx.async_eval
 
@@ -177,6 +174,16 @@ def test_settle_waits_for_the_launch_a_step_left_encoding(monkeypatch):
         return real(*arrays)
 
     monkeypatch.setattr(mx, "async_eval", held_in_launcher)
+    return held, release
+
+
+def test_settle_waits_for_the_launch_a_step_left_encoding(monkeypatch):
+    """`step()` may return while the launcher thread still encodes the round it handed over;
+    `settle()` returns only once that launch is done, after which the caller's own MLX work
+    (here mlx-lm's decode, the reference) runs safely between steps."""
+    target = tiny_model("qwen3", seed=5, layers=2)
+    engine = Engine(target, max_batch_size=2)
+    held, release = hold_launches(monkeypatch)
     prompt = mixed_prompts(1, seed=2)[0]
     engine.add_request("r", prompt, SamplingParams(max_tokens=10))
     tokens: list[int] = []
@@ -231,18 +238,9 @@ def test_a_rounds_launch_time_leaves_out_the_wait_for_the_launch_before(monkeypa
     out before. Here a launch is held 0.3 s."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
-    held, release = threading.Event(), threading.Event()
-    real = mx.async_eval
-
-    def held_in_launcher(*arrays):
-        if threading.current_thread().name == "specfleet-launcher" and not release.is_set():
-            held.set()
-            release.wait(10)
-        return real(*arrays)
-
     engine.add_request("r", mixed_prompts(1, seed=2)[0], SamplingParams(max_tokens=10))
     engine.step()  # the prompt's prefill
-    monkeypatch.setattr(mx, "async_eval", held_in_launcher)
+    held, release = hold_launches(monkeypatch)
     while not held.is_set():
         engine.step()
     threading.Timer(0.3, release.set).start()
