@@ -233,6 +233,7 @@ class DepthPolicy(RoundLog, BucketProbe):
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
         B, ks = len(drain.remaining), range(self.max_depth + 1)
         depths = self.depths()  # the margins of these only: each scans the rounds kept
+        e0 = self._median_error(B, 0)  # plain's, in every margin
         job = JobCosts(
             costs=self._round_costs_for(range(B + drain.free_slots + 1)),
             acceptance=self.acceptance(),
@@ -240,7 +241,7 @@ class DepthPolicy(RoundLog, BucketProbe):
             row_rates=np.array(self._row_rates),
             prior=self.drain_prior,
             once=np.array([self._once(B, k, switching_from) for k in ks]),
-            margin=np.array([self._margin(B, k) if k in depths else np.inf for k in ks]),
+            margin=np.array([self._margin(B, k, e0) if k in depths else np.inf for k in ks]),
             depths=depths,
         )
         return job_depth(drain, job)
@@ -300,14 +301,15 @@ class DepthPolicy(RoundLog, BucketProbe):
         rates = self._rates(batch_size)[self.depths()]
         return bool(rates.max() < (1 + self.min_gain) * rates[0])
 
-    def _margin(self, batch_size: int, k: int) -> float:
+    def _margin(self, batch_size: int, k: int, e0: float | None = None) -> float:
         """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
         or twice the relative error of the two cost medians compared where that is larger. On
         two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
         then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
         costs (the head's backlog, a wait for the shape change); as rounds accumulate the
         error shrinks and a real gain still clears the margin."""
-        e0, ek = self._median_error(batch_size, 0), self._median_error(batch_size, k)
+        e0 = self._median_error(batch_size, 0) if e0 is None else e0  # `e0`: known already
+        ek = self._median_error(batch_size, k)
         return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
 
     def _median_error(self, batch_size: int, k: int) -> float:
