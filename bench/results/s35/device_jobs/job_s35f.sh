@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # s35: settles only when the batch changes (before: every step while requests wait), A/B by trees in
 # turns: adaptive_trace's split of plain and MTP passes, B=8, 64 prompts of 48-144 tokens
-source /root/mlxgpu/env.sh
-rm -rf /root/t35 && cp -r . /root/t35 && cd /root/t35 && rm -rf .gpu3/old
-rm -rf /root/before && mv .gpu3/tree_before /root/before
-export PYTHONUNBUFFERED=1
-T=/root/q35t
-[ -d $T ] || (cat .gpu3/model/q35t.tar.xz.part.* | tar -xJf - -C /root)
-rm -rf .gpu3/model
-nvidia-smi --query-gpu=name --format=csv,noheader
+source "$(dirname "$0")/setup.sh"
 for i in 1 2; do
   for side in before after; do
     d=/root/t35; [ $side = before ] && d=/root/before
