@@ -19,6 +19,7 @@ import platform
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import patch
 
 import mlx.core as mx
 
@@ -34,17 +35,9 @@ from workers.routes import as_mlx_lm_built
 def routes_off(model):
     """Engines (and MTP heads) made inside build mlx-lm's graphs: no route installed, and the
     shared target's modules as mlx-lm built them."""
-    saved = {k: os.environ.get(k) for k in (cpu_ops.ENV, row_linear.VIEW_ENV)}
-    os.environ[cpu_ops.ENV] = os.environ[row_linear.VIEW_ENV] = "0"
-    try:
-        with as_mlx_lm_built(model):
-            yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    off = {cpu_ops.ENV: "0", row_linear.VIEW_ENV: "0"}
+    with patch.dict(os.environ, off), as_mlx_lm_built(model):
+        yield
 
 
 def head(name: str, model):

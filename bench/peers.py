@@ -27,9 +27,9 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import mlx.core as mx
 import numpy as np
@@ -156,18 +156,9 @@ class Peers:
         return R.mlx_vlm_batch(self.vlm, p, n, B, k, mtp=mtp, clamp=clamp)
 
 
-@contextlib.contextmanager
-def env_set(name: str, value: str) -> Iterator[None]:
+def env_set(name: str, value: str) -> contextlib.AbstractContextManager:
     """The environment variable `name` at `value` for the block, then as it was."""
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
+    return patch.dict(os.environ, {name: value})
 
 
 def warm_up(peers: Peers, batch_sizes: list[int], max_tokens: int) -> tuple[list, dict]:

@@ -107,6 +107,8 @@ class Membership:
         # then: with a queue and every slot taken (served traffic) nothing joins, and a wait
         # every step would serialise the next round's launch with this step's host work.
         if self._prefill is None:
+            if len(self.rows) >= self.config.max_batch_size:
+                return  # a full batch: the queue waits (served traffic's steady state)
             joining = pick_joining(
                 self.waiting, self.rows, self._reserve, self.kv_budget,
                 self.config.max_batch_size, self.prefix_cache, not self.pad_verify,

@@ -37,7 +37,9 @@ class Flight:
     last: mx.array  # [B] int32 each row's newest token: the next round's first input
     logprobs: mx.array | None  # [B, K+1]
     width: int  # K + 1: the most tokens a row can have committed
-    launch_s: float = 0.0  # host seconds spent building and launching it
+    # host seconds spent building and launching it, less any wait for the launch before it
+    # (a hand-off to the launcher thread, workers/engine.py `_pipelined_step`)
+    launch_s: float = 0.0
     wait_s: float = 0.0  # seconds waited for it before the next launch (CPU, Engine)
     # Launched from a launcher thread (workers/launch.py): its ticket, and the arrays the host
     # reads, each a node of its own: the next round's graph takes the originals as inputs, and

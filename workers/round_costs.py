@@ -6,8 +6,9 @@ its recent rounds: robust to one-off spikes, which the policy also sets aside (`
 on [1, B, k > 0, k, B*k]: the intercept, the rows, a drafter's fixed cost per round (an MTP head
 folding in the last verify's hidden states), its cost per draft step, and the verify's width
 on B rows. A depth never timed at that size costs at least what the deepest timed depth below
-it costs, and no shape costs more than a larger batch's cell of its depth (`cost_table`). Pure
-numpy and Python: the policy calls these once per choice.
+it costs, and where each new shape is a build (MLX CUDA) no shape costs more than the cheapest
+cell of more rows or more drafts (`cost_table`'s `cap_by_larger`). Pure numpy and Python: the
+policy calls these once per choice.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ def cost_table(
     """[len(sizes), max_depth + 1] predicted seconds of a round per batch size and depth: a
     cell's median where it has one, else one fit over all cells (made once for all sizes); a
     shape seen only once costs that round (`first`: its fastest round, the first included).
-    `cap_by_larger`: none above the cheapest larger batch's cell of its depth
-    (`_larger_cells_min`)."""
+    `cap_by_larger`: none above the cheapest cell at a larger size and this depth or deeper, or
+    at this size and a deeper depth (`_larger_cells_min`)."""
     depths = np.arange(max_depth + 1, dtype=np.float64)
     if not cells:
         return np.zeros((len(sizes), len(depths)))
