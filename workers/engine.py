@@ -117,6 +117,7 @@ class Engine(Membership):
         self._wait_before_launch = backend.computes_in_launch and self.depth_policy is not None
         self._verify_hidden: mx.array | None = None
         self._flight: Flight | None = None  # pipelined round launched, not read yet
+        self._settled_s = 0.0  # seconds settle() waited since this step's launch
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self._quiet_steps = 0  # steps since a request last arrived
@@ -195,9 +196,19 @@ class Engine(Membership):
 
     def settle(self) -> None:
         """Wait until the round last handed to the launcher thread is encoded: after it, this
-        thread may evaluate again (the launcher evaluates on the stream its ops use)."""
+        thread may evaluate again (the launcher evaluates on the stream its ops use). The wait
+        is that round's encode, so it joins that round's cost (`Flight.wait_s`)."""
         if self._launcher is not None:
-            self._launcher.idle()
+            self._settled_s += self._wait_for_launcher(self._launcher)
+
+    def _wait_for_launcher(self, launcher: launch.Launcher) -> float:
+        """`launcher.idle()`, its wait charged to the round it waited for; returns the wait."""
+        t = time.perf_counter()
+        launcher.idle()
+        waited = time.perf_counter() - t
+        if self._flight is not None:
+            self._flight.wait_s += waited
+        return waited
 
     def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
@@ -281,23 +292,27 @@ class Engine(Membership):
 
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
-        launcher, rows_min = self._launcher, self._launch_rows
+        launcher, rows_min, prev = self._launcher, self._launch_rows, self._flight
         if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
-            launcher.idle()  # launched here: the last launch must be done with the stream
+            self._wait_for_launcher(launcher)  # launched here: the last launch must be done
             launcher = None
-        t0 = time.perf_counter()  # after that wait (see launch_s below)
+        waited = prev.wait_s if prev is not None else 0.0
+        t0 = time.perf_counter()
         with launcher.routing() if launcher is not None else contextlib.nullcontext():
             launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
+        self._settled_s = 0.0
         if launched is not None:
-            # Not the waits for the launcher thread to finish the launch before (the hand-off's,
-            # or the idle above): what that launch cost beyond the round (a graph switch or
-            # build for its shape) would land in this round's cost, and a depth probed or
-            # explored among plain rounds read 15 ms a round on the H200 where held it ran
-            # 3-5 (bench/results/s35).
+            # Every wait for round N (the CPU's settle_before inside _launch, the hand-off to
+            # the launcher thread, the settles) is N's compute or encode, a graph switch or
+            # build for its shape among it: N's cost, never N+1's. In N+1's launch time it made
+            # a depth probed or explored among plain rounds read 15 ms a round on the H200
+            # where held it ran 3-5 (bench/results/s35).
             handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
-            prev_wait = self._flight.wait_s if self._flight else 0.0
-            launched.launch_s = t1 - t0 - prev_wait - handoff
+            settled_before = prev.wait_s - waited if prev is not None else 0.0
+            launched.launch_s = t1 - t0 - settled_before - handoff
+            if prev is not None:
+                prev.wait_s += handoff
         events: list[RequestOutput] = []
         flight, self._flight = self._flight, launched
         if flight is not None:
@@ -312,7 +327,8 @@ class Engine(Membership):
             # emitting it (this step). This step's launch belongs to N+1, whose depth may
             # differ: on a backend that computes while launching (the CPU) it is most of N+1.
             counts, accepted = flight.counts, stats.accepted_per_row
-            cost = flight.launch_s + flight.wait_s + (t2 - t1)
+            # (less what settling waited for N+1, which joined N+1's cost)
+            cost = flight.launch_s + flight.wait_s + (t2 - t1 - self._settled_s)
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
 

@@ -230,12 +230,12 @@ def test_a_queue_waiting_on_a_full_batch_settles_only_where_the_batch_changes(la
         assert_matches(tokens[f"r{i}"], reference_greedy(target, p, n), f"row {i}")
 
 
-def test_a_rounds_launch_time_leaves_out_the_wait_for_the_launch_before(monkeypatch):
+def test_the_wait_for_a_launch_is_charged_to_its_own_round(monkeypatch):
     """The hand-off of round N+1 waits while the launcher thread still launches round N (its
-    encode, a graph switch or build on a GPU). That wait is not N+1's: in N+1's launch time it
-    reached the depth policy as N+1's cost (depth-3 rounds probed among plain ones read 15 ms
-    on the H200 where held they ran 3-5), so it is left out, as the per-step settle kept it
-    out before. Here a launch is held 0.3 s."""
+    encode, a graph switch or build on a GPU). That wait is N's cost, not N+1's: in N+1's
+    launch time it reached the depth policy as N+1's (depth-3 rounds probed among plain ones
+    read 15 ms on the H200 where held they ran 3-5), and charged to no round it under-costs
+    every launcher round by its encode. Here a launch is held 0.3 s."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
     engine.add_request("r", mixed_prompts(1, seed=2)[0], SamplingParams(max_tokens=10))
@@ -243,11 +243,14 @@ def test_a_rounds_launch_time_leaves_out_the_wait_for_the_launch_before(monkeypa
     held, release = hold_launches(monkeypatch)
     while not held.is_set():
         engine.step()
+    held_round = engine._flight  # the round whose launch the launcher thread holds
+    assert held_round is not None and held_round.wait_s < 0.1
     threading.Timer(0.3, release.set).start()
     engine.step()  # hands the next round over: waits for the held launch
     flight = engine._flight
     assert flight is not None and flight.ticket is not None
     assert flight.ticket.handoff_s >= 0.2
     assert flight.launch_s < 0.1
+    assert held_round.wait_s >= 0.2  # in its cost, which this step observed
     while engine.has_work():
         engine.step()
