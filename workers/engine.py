@@ -117,7 +117,6 @@ class Engine(Membership):
         self._wait_before_launch = backend.computes_in_launch and self.depth_policy is not None
         self._verify_hidden: mx.array | None = None
         self._flight: Flight | None = None  # pipelined round launched, not read yet
-        self._settled_s = 0.0  # seconds settle() waited since this step's launch
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self._quiet_steps = 0  # steps since a request last arrived
@@ -199,16 +198,14 @@ class Engine(Membership):
         thread may evaluate again (the launcher evaluates on the stream its ops use). The wait
         is that round's encode, so it joins that round's cost (`Flight.wait_s`)."""
         if self._launcher is not None:
-            self._settled_s += self._wait_for_launcher(self._launcher)
+            self._wait_for_launcher(self._launcher)
 
-    def _wait_for_launcher(self, launcher: launch.Launcher) -> float:
-        """`launcher.idle()`, its wait charged to the round it waited for; returns the wait."""
+    def _wait_for_launcher(self, launcher: launch.Launcher) -> None:
+        """`launcher.idle()`, its wait charged to the round it waited for (the last launched)."""
         t = time.perf_counter()
         launcher.idle()
-        waited = time.perf_counter() - t
         if self._flight is not None:
-            self._flight.wait_s += waited
-        return waited
+            self._flight.wait_s += time.perf_counter() - t
 
     def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
@@ -296,12 +293,11 @@ class Engine(Membership):
         if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
             self._wait_for_launcher(launcher)  # launched here: the last launch must be done
             launcher = None
-        waited = prev.wait_s if prev is not None else 0.0
+        wait_before = prev.wait_s if prev is not None else 0.0
         t0 = time.perf_counter()
         with launcher.routing() if launcher is not None else contextlib.nullcontext():
             launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
-        self._settled_s = 0.0
         if launched is not None:
             # Every wait for round N (the CPU's settle_before inside _launch, the hand-off to
             # the launcher thread, the settles) is N's compute or encode, a graph switch or
@@ -309,7 +305,7 @@ class Engine(Membership):
             # a depth probed or explored among plain rounds read 15 ms a round on the H200
             # where held it ran 3-5 (bench/results/s35).
             handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
-            settled_before = prev.wait_s - waited if prev is not None else 0.0
+            settled_before = prev.wait_s - wait_before if prev is not None else 0.0
             launched.launch_s = t1 - t0 - settled_before - handoff
             if prev is not None:
                 prev.wait_s += handoff
@@ -320,6 +316,8 @@ class Engine(Membership):
             events += [e for r in self.rows if (e := r.take_event()) is not None]
             events += self._drop_finished()  # finished in N: their N+1 slots are discarded
         t2 = time.perf_counter()
+        # What settling waited for N+1 since the swap (its only waits yet): N+1's cost, not N's
+        settled = launched.wait_s if launched is not None else 0.0
         if self.rows or self.waiting:
             self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
@@ -327,8 +325,7 @@ class Engine(Membership):
             # emitting it (this step). This step's launch belongs to N+1, whose depth may
             # differ: on a backend that computes while launching (the CPU) it is most of N+1.
             counts, accepted = flight.counts, stats.accepted_per_row
-            # (less what settling waited for N+1, which joined N+1's cost)
-            cost = flight.launch_s + flight.wait_s + (t2 - t1 - self._settled_s)
+            cost = flight.launch_s + flight.wait_s + (t2 - t1 - settled)
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
 

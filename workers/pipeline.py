@@ -41,7 +41,8 @@ class Flight:
     launch_s: float = 0.0
     # seconds the host waited for it, outside its own collect: for its compute before the next
     # launch (the CPU, settle_before), for its encode on the launcher thread (the next
-    # hand-off, Engine.settle); workers/engine.py `_pipelined_step`
+    # hand-off, Engine.settle, the idle wait when a batch drops below the launcher's rows);
+    # workers/engine.py `_pipelined_step`
     wait_s: float = 0.0
     # Launched from a launcher thread (workers/launch.py): its ticket, and the arrays the host
     # reads, each a node of its own: the next round's graph takes the originals as inputs, and

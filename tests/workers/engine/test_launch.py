@@ -32,6 +32,7 @@ from tests.workers.engine.test_pipeline import (  # noqa: F401 - the suite, run 
 )
 from workers import Engine, SamplingParams, launch
 from workers.backend import Backend
+from workers.depth_policy import DepthPolicy
 from workers.drafters.mtp import MTPDrafter
 
 # What the thread adds, tested below without counting launches of the suite's kind
@@ -251,6 +252,43 @@ def test_the_wait_for_a_launch_is_charged_to_its_own_round(monkeypatch):
     assert flight is not None and flight.ticket is not None
     assert flight.ticket.handoff_s >= 0.2
     assert flight.launch_s < 0.1
-    assert held_round.wait_s >= 0.2  # in its cost, which this step observed
+    assert held_round.wait_s >= 0.2  # in its own cost, not the next round's launch time
     while engine.has_work():
         engine.step()
+
+
+class CostLog(DepthPolicy):
+    """Plain decoding, every observed round's cost kept."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.forced, self.costs = 0, []
+
+    def observe(self, draft_counts, num_accepted, step_time_s):  # type: ignore[no-untyped-def]
+        self.costs.append(step_time_s)
+        super().observe(draft_counts, num_accepted, step_time_s)
+
+
+def test_a_join_waiting_for_the_next_launch_charges_that_round_not_the_one_observed(monkeypatch):
+    """A request joining settles first, after the step's launch (round N+1) was handed over: the
+    wait is N+1's encode. It joins N+1's cost and is not taken from N's, which the same step
+    observes: every observed cost stays the time its round took (none negative), and the
+    round whose launch was held 0.3 s costs at least that."""
+    target = tiny_model("qwen3", seed=5, layers=2)
+    engine = Engine(target, max_batch_size=2)
+    engine.depth_policy = policy = CostLog(max_depth=1)
+    prompts = mixed_prompts(2, seed=2)
+    engine.add_request("a", prompts[0], SamplingParams(max_tokens=12))
+    engine.step()  # a's prefill
+    engine.step()  # a's first round launched
+    held, release = hold_launches(monkeypatch)
+    engine.add_request("b", prompts[1], SamplingParams(max_tokens=12))  # joins next step
+    threading.Timer(0.3, release.set).start()
+    engine.step()  # launches round N+1 (held), observes N, admits b: settles on N+1
+    assert held.is_set() and release.is_set(), "the join did not wait for the held launch"
+    observed = len(policy.costs)
+    while engine.has_work():
+        engine.step()
+    assert observed >= 1 and min(policy.costs) > 0, policy.costs
+    assert policy.costs[observed - 1] < 0.1, "the join's wait was charged to round N"
+    assert max(policy.costs[observed:]) >= 0.2, "the held round's cost left out its wait"

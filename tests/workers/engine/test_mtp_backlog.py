@@ -57,8 +57,9 @@ def test_packed_backlog_drafts_what_round_by_round_absorbing_drafts(setup):
         proposals = []
         orig = engine.drafter.propose  # type: ignore[union-attr]
 
-        def spy(request, orig=orig, proposals=proposals):
+        def spy(request, orig=orig, proposals=proposals, engine=engine):
             p = orig(request)
+            engine.settle()  # reading mid-round: the launch before may still be encoding
             proposals.append(np.array(p.device_tokens()))
             return p
 
@@ -110,6 +111,7 @@ def test_rows_that_lost_pairs_restart_the_head_from_the_kept_ones(setup):
         restart = drafter._restart.copy()
         out = orig()
         if restart.any():
+            engine.settle()  # reading mid-round: the launch before may still be encoding
             mx.eval(drafter.cache.lengths_mx)
             restarted.append((restart, np.array(drafter.cache.lengths_mx)))
         return out
