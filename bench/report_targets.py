@@ -24,20 +24,23 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
     return [rows[b][name]["tokens_per_s"] / rows[b][base]["tokens_per_s"] for b in Bs if b in rows]
 
 
-# The newest `bench.gpu --ab-launch` run of the 6.6B (stop 32's card read 0.80 at B = 32).
-GPU_6B = "s33/gpu_launch_ab_6b_s33_h200.json"
+# The newest `bench.gpu` run of the 6.6B (s36: after stop 35's settle change; stop 33's card,
+# `--ab-launch`, read efficiency 0.65 / 1.08 / 0.66, stop 32's 0.80 at B = 32).
+GPU_6B = "s36/device/gpu_6b_s36_h200.json"
 
 
 def _served_gpu(data: dict | None, measure: str) -> list[float]:
-    """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu --ab-launch` file, as the
-    engine now runs: the launcher thread's side at ROWS_MIN rows or more, the other below."""
+    """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu` file, as the engine now
+    runs: with `--ab-launch`, the launcher thread's side at ROWS_MIN rows or more and the other
+    below; without, its only side (the engine as it runs)."""
     if not data:
         return []
     rows = next(iter(data["models"].values()))["rows"]
     out = []
     for b in sorted(rows, key=int):
         runs, r = rows[b]["tokens_per_s_each_pass"], rows[b]
-        side = measure if int(b) >= ROWS_MIN else f"{measure}_off"
+        off = f"{measure}_off"
+        side = off if int(b) < ROWS_MIN and off in runs else measure
         ratio = statistics.median(runs[side]) / statistics.median(runs["bg"])
         out.append(ratio if measure == "plain" else ratio / r["tokens_per_round"])
     return out
@@ -81,6 +84,10 @@ def targets_section() -> list[str]:
         _load(f"s35/p5_pairs_d3_settle_fixed_{t}_s35_h200.json") for t in ("before", "after")
     )
     p5_settled = [after["batch"]["8"]["mtp_over_plain_median"]] if after else []
+    # s36 (71fe306): P5 as defined, a closed batch of 64 prompts x 96 tokens
+    closed = [_load(f"s36/device/p5_{c}_64p_s36_h200.json") for c in ("fixed", "adaptive")]
+    p5_closed = [[d["batch"][b]["mtp_over_plain_median"] for b in ("1", "8", "16")] if d else []
+                 for d in closed]  # fmt: skip
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
          for k in ("plain_tokens_per_s", "mtp_tokens_per_s")]
@@ -135,8 +142,9 @@ def targets_section() -> list[str]:
          f"traffic ends apart (64 prompts of 48-144 tokens, s34): depth 3 {_fmt(p5_spread[0])}, "
          f"adaptive {_fmt(p5_spread[1])} (B=8 / 16); the engine settling only where the batch "
          f"changes (s35, B=8): depth 3 {_fmt(p5_settled)}, plain / MTP {_fmt(settle_gain)}x as fast "
-         f"as before it",
-         _status(_served_p5(p5), 1.5)),
+         f"as before it; a closed batch of 64 prompts (s36, B=1 / 8 / 16): depth 3 "
+         f"{_fmt(p5_closed[0])}, adaptive {_fmt(p5_closed[1])}",
+         _status(_served_p5(p5) + p5_closed[0], 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",

@@ -72,3 +72,17 @@ def test_p4_reads_the_turn_taking_pairs_where_they_exist(results: Path) -> None:
     _write(results, "s31/p4_pairs_cpu.json", {"batch": batch})
     p4 = next(line for line in rt.targets_section() if line.startswith("| P4"))
     assert "1.00 / 0.95 / 1.02" in p4 and p4.endswith("| missed in 1 of 3 (below 0.97) |"), p4
+
+
+def test_a_gpu_file_without_the_launch_ab_reads_its_one_side(results: Path) -> None:
+    """`bench.gpu` without `--ab-launch` times the engine as it runs, at every batch size."""
+    gpu = _gpu([2.4, 0.9, 1.1], [1.9, 0.91, 0.74])
+    for row in gpu["models"]["6b"]["rows"].values():
+        for side in ("plain_off", "forced_off"):
+            del row["tokens_per_s_each_pass"][side]
+    _write(results, rt.GPU_6B, gpu)
+    lines = rt.targets_section()
+    p1 = next(line for line in lines if line.startswith("| P1"))
+    p2 = next(line for line in lines if line.startswith("| P2"))
+    assert "H200 6.6B 2.40 / 0.90 / 1.10" in p1, p1
+    assert "H200 6.6B 1.90 / 0.91 / 0.74" in p2, p2
