@@ -193,6 +193,11 @@ def main() -> None:
                                     for (b, k), t in sorted(policy._cells().items())}  # fmt: skip
             r["policy_first_ms"] = {f"{b},{k}": round(t * 1e3, 2)
                                     for (b, k), t in sorted(policy._first.items())}  # fmt: skip
+            # The MTP pass round by round (rows, depth, ms, drafts accepted) and step by step
+            # (ms, prefill tokens): where a one-off cost (a build, a compile) lands, and how
+            # acceptance moves through the job.
+            r["mtp_rounds"] = [list(x) for x in log]
+            r["mtp_steps"] = [[round(t * 1e3, 2), n] for t, n in steps]
             r["acceptance"] = policy.acceptance().round(3).tolist()
             r["ratio"] = round(r["mtp"] / r["plain"], 3)
             res[f"B={B} rep{rep}"] = r
@@ -200,6 +205,9 @@ def main() -> None:
             print(f"B={B} rep{rep}: plain {r['plain']} mtp {r['mtp']} ratio {r['ratio']} "
                   f"cells (rounds, median ms, total ms) {r['cells']}", flush=True)  # fmt: skip
             print(f"B={B} rep{rep}: reasons {r['reasons']}", flush=True)
+            slowest = sorted(enumerate(log), key=lambda x: -x[1][2])[:5]
+            print(f"B={B} rep{rep}: slowest MTP rounds (index, rows, depth, ms, accepted) "
+                  f"{[(i, *x) for i, x in slowest]}", flush=True)  # fmt: skip
             print(
                 f"B={B} rep{rep}: split plain {r['plain_split']} mtp {r['mtp_split']}", flush=True
             )
