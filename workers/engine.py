@@ -299,16 +299,13 @@ class Engine(Membership):
             launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
-            # Every wait for round N (the CPU's settle_before inside _launch, the hand-off to
-            # the launcher thread, the settles) is N's compute or encode, a graph switch or
-            # build for its shape among it: N's cost, never N+1's. In N+1's launch time it made
-            # a depth probed or explored among plain rounds read 15 ms a round on the H200
-            # where held it ran 3-5 (bench/results/s35).
-            handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
-            settled_before = prev.wait_s - wait_before if prev is not None else 0.0
-            launched.launch_s = t1 - t0 - settled_before - handoff
-            if prev is not None:
-                prev.wait_s += handoff
+            # Every wait for round N inside the launch (the CPU's settle_before, the hand-off to
+            # the launcher thread: `_launch` adds both to N's wait_s) is N's compute or encode,
+            # a graph switch or build for its shape among it: N's cost, never N+1's. In N+1's
+            # launch time it made a depth probed or explored among plain rounds read 15 ms a
+            # round on the H200 where held it ran 3-5 (bench/results/s35).
+            waited = prev.wait_s - wait_before if prev is not None else 0.0
+            launched.launch_s = t1 - t0 - waited
         events: list[RequestOutput] = []
         flight, self._flight = self._flight, launched
         if flight is not None:
@@ -353,6 +350,8 @@ class Engine(Membership):
         flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
         flight.launch(copies=self._launcher is not None)
+        if prev is not None and flight.ticket is not None:
+            prev.wait_s += flight.ticket.handoff_s  # the hand-off waited for prev's encode
         return flight
 
     def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:
