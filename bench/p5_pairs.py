@@ -136,8 +136,9 @@ def ab_policy(make, prompts, sp, pairs: int) -> dict:
     mtp_on.depth_policy.cap_by_larger = True
     for engine in (plain, mtp_off, mtp_on, fixed):  # warm: every shape's kernels built once
         engine.generate(prompts, sp)
-    runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
-    runs["fixed"] = []
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on", "fixed")
+    }
     for _ in range(pairs):
         for state, mtp in (("off", mtp_off), ("on", mtp_on)):
             runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])

@@ -103,9 +103,10 @@ class Membership:
         Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
         with nothing running, the whole prompt goes through at once.
         """
-        # A prefill evaluates on this thread: the launcher's last launch first (`settle`). Only
-        # then: with a queue and every slot taken (served traffic) nothing joins, and a wait
-        # every step would serialise the next round's launch with this step's host work.
+        # A prefill evaluates on this thread, so it settles first (the launcher's last launch),
+        # but only where a prefill starts or advances: with a queue and every slot taken (served
+        # traffic) nothing joins, and a wait every step would serialise the next round's launch
+        # with this step's host work.
         if self._prefill is None:
             if len(self.rows) >= self.config.max_batch_size:
                 return  # a full batch: the queue waits (served traffic's steady state)

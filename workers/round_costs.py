@@ -124,15 +124,16 @@ def cost_table(
 def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: int) -> np.ndarray:
     """[len(sizes), n_depths] the cheapest other cell at this batch size or a larger one, at
     this depth or a deeper one (inf where none): a round of fewer rows or fewer drafts computes
-    less, so it costs no more. A size's own few rounds, or its first alone, read higher where they paid a build:
-    on MLX CUDA a draining batch's sizes (trained hybrid, H200) read 5-10 ms a depth-3 round
-    against 2.9 ms for 16 rows, and the job's-end choice then decoded 100-250 rounds plainly
-    where depth 3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
+    less, so it costs no more. A size's own few rounds, or its first alone, read higher where
+    they paid a build: on MLX CUDA a draining batch's sizes (trained hybrid, H200) read 5-10 ms
+    a depth-3 round against 2.9 ms for 16 rows, and the job's-end choice then decoded 100-250
+    rounds plainly where depth 3 ran 1.5-2x the tokens a second (bench/results/s35/README.md)."""
     at = np.asarray(sizes, dtype=np.int64)
-    assert at.min(initial=0) >= 0 and all(b >= 0 and k >= 0 for b, k in cells)
+    assert at.min(initial=0) >= 0
     top = max(max((b for b, _ in cells), default=0), int(at.max(initial=0))) + 2
     grid = np.full((top, n_depths), np.inf)  # [sizes up to the largest + 2, depths]
     for (b, k), t in cells.items():
+        assert b >= 0 and k >= 0, (b, k)
         if k < n_depths:
             grid[b, k] = t
     deeper = np.minimum.accumulate(grid[:, ::-1], axis=1)[:, ::-1]  # cheapest at k' >= k

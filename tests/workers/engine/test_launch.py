@@ -258,11 +258,11 @@ def test_the_wait_for_a_launch_is_charged_to_its_own_round(monkeypatch):
 
 
 class CostLog(DepthPolicy):
-    """Plain decoding, every observed round's cost kept."""
+    """Every observed round's cost kept."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.forced, self.costs = 0, []
+        self.costs: list[float] = []
 
     def observe(self, draft_counts, num_accepted, step_time_s):  # type: ignore[no-untyped-def]
         self.costs.append(step_time_s)
@@ -276,7 +276,7 @@ def test_a_join_waiting_for_the_next_launch_charges_that_round_not_the_one_obser
     round whose launch was held 0.3 s costs at least that."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
-    engine.depth_policy = policy = CostLog(max_depth=1)
+    engine.depth_policy = policy = CostLog(max_depth=1, forced=0)
     prompts = mixed_prompts(2, seed=2)
     engine.add_request("a", prompts[0], SamplingParams(max_tokens=12))
     engine.step()  # a's prefill
