@@ -1,23 +1,6 @@
 #!/usr/bin/env bash
-# before (4c37357, the base of stops 34-35's reviewed diff) / after (HEAD) in turns on the CPU, each
-# tree its own MLX kernel cache: plain ÷ BatchGenerator (bench/engine.py), efficiency with the
-# always-right drafter (bench.gpu tiny), 2 passes each; then the demo (bench.demo_ab, 2 repeats)
-set -u
-export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4 BLIS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-O=/tmp/s35/ba4c
-declare -A TREE=([before]=/tmp/wt_4c37357 [after]=/work/main)
-[ -d /tmp/wt_4c37357 ] || git -C /work/main worktree add -q /tmp/wt_4c37357 4c373570a2ff74238da733d60cde3375f5dcb3ff
-mkdir -p $O/tmp_before $O/tmp_after
-run() {  # side, then the command's arguments
-  local side=$1; shift
-  (cd ${TREE[$side]} && TMPDIR=$O/tmp_$side PATH=/usr/local/bin:/usr/bin:/bin PYTHONPATH=${TREE[$side]} timeout 900 /work/main/.venv/bin/python "$@")
-}
-for pass in 1 2; do
-  for side in before after; do
-    run $side bench/engine.py --batch-sizes 1,8 --max-tokens 32 --no-slow-draft --skip-context --out $O/engine_${side}_$pass.json > $O/engine_${side}_$pass.log 2>&1
-    run $side -m bench.gpu --presets tiny --batch-sizes 1,8 --repeats 3 --skip-default --out $O/gpu_tiny_${side}_$pass.json > $O/gpu_${side}_$pass.log 2>&1
-    echo "$pass $side done $(date +%T)"
-  done
-done
-(cd /work/main && PYTHONPATH=. timeout 1500 .venv/bin/python -m bench.demo_ab --before /tmp/wt_4c37357 --after . --repeats 2 --own-kernel-cache --out $O/demo_ab.json > $O/demo_ab.log 2>&1)
-echo ALLDONE $(date +%T)
+# before (4c37357, the base of stops 34-35's reviewed diff) / after (this checkout) on the CPU,
+# through bench/before_after_cpu.sh (the trees in turns, each its own kernel cache)
+cd "$(dirname "$0")/../../.." || exit 1
+[ -d /tmp/wt_4c37357 ] || git worktree add -q /tmp/wt_4c37357 4c373570a2ff74238da733d60cde3375f5dcb3ff
+exec bench/before_after_cpu.sh /tmp/wt_4c37357 "$PWD" /tmp/s35/ba4c

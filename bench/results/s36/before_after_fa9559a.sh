@@ -1,22 +1,7 @@
 #!/usr/bin/env bash
-# before (fa9559a, the base of stops 35-36's reviewed diff) / after (5d2bf3b) in turns on the CPU,
-# each tree its own MLX kernel cache: plain ÷ BatchGenerator (bench/engine.py), efficiency with the
-# always-right drafter (bench.gpu tiny), 2 passes each; then the demo (bench.demo_ab, 2 repeats)
-set -u
-export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4 BLIS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-O=/tmp/s36/bafa
-declare -A TREE=([before]=/tmp/wt_fa9559a [after]=/tmp/wt_after36)
-mkdir -p $O/tmp_before $O/tmp_after
-run() {  # side, then the command's arguments
-  local side=$1; shift
-  (cd ${TREE[$side]} && TMPDIR=$O/tmp_$side PATH=/usr/local/bin:/usr/bin:/bin PYTHONPATH=${TREE[$side]} timeout 900 /work/main/.venv/bin/python "$@")
-}
-for pass in 1 2; do
-  for side in before after; do
-    run $side bench/engine.py --batch-sizes 1,8 --max-tokens 32 --no-slow-draft --skip-context --out $O/engine_${side}_$pass.json > $O/engine_${side}_$pass.log 2>&1
-    run $side -m bench.gpu --presets tiny --batch-sizes 1,8 --repeats 3 --skip-default --out $O/gpu_tiny_${side}_$pass.json > $O/gpu_${side}_$pass.log 2>&1
-    echo "$pass $side done $(date +%T)"
-  done
-done
-(cd /tmp/wt_after36 && PYTHONPATH=. timeout 1500 /work/main/.venv/bin/python -m bench.demo_ab --before /tmp/wt_fa9559a --after . --repeats 2 --own-kernel-cache --out $O/demo_ab.json > $O/demo_ab.log 2>&1)
-echo ALLDONE $(date +%T)
+# before (fa9559a, the base of stops 35-36's reviewed diff) / after (5d2bf3b) on the CPU, through
+# bench/before_after_cpu.sh (the trees in turns, each its own kernel cache)
+cd "$(dirname "$0")/../../.." || exit 1
+[ -d /tmp/wt_fa9559a ] || git worktree add -q /tmp/wt_fa9559a fa9559a4b61b43f3834e6e9d9aa80fc2b8cb9bab
+[ -d /tmp/wt_after36 ] || git worktree add -q /tmp/wt_after36 5d2bf3b
+exec bench/before_after_cpu.sh /tmp/wt_fa9559a /tmp/wt_after36 /tmp/s36/bafa
