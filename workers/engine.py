@@ -195,17 +195,9 @@ class Engine(Membership):
 
     def settle(self) -> None:
         """Wait until the round last handed to the launcher thread is encoded: after it, this
-        thread may evaluate again (the launcher evaluates on the stream its ops use). The wait
-        is that round's encode, so it joins that round's cost (`Flight.wait_s`)."""
+        thread may evaluate again (the launcher evaluates on the stream its ops use)."""
         if self._launcher is not None:
-            self._wait_for_launcher(self._launcher)
-
-    def _wait_for_launcher(self, launcher: launch.Launcher) -> None:
-        """`launcher.idle()`, its wait charged to the round it waited for (the last launched)."""
-        t = time.perf_counter()
-        launcher.idle()
-        if self._flight is not None:
-            self._flight.wait_s += time.perf_counter() - t
+            self._launcher.idle()
 
     def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
@@ -289,23 +281,23 @@ class Engine(Membership):
 
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
-        launcher, rows_min, prev = self._launcher, self._launch_rows, self._flight
+        launcher, rows_min = self._launcher, self._launch_rows
         if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
-            self._wait_for_launcher(launcher)  # launched here: the last launch must be done
+            launcher.idle()  # launched here: the last launch must be done with the stream
             launcher = None
-        wait_before = prev.wait_s if prev is not None else 0.0
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # after that wait (see launch_s below)
         with launcher.routing() if launcher is not None else contextlib.nullcontext():
             launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
-            # Every wait for round N inside the launch (the CPU's settle_before, the hand-off to
-            # the launcher thread: `_launch` adds both to N's wait_s) is N's compute or encode,
-            # a graph switch or build for its shape among it: N's cost, never N+1's. In N+1's
-            # launch time it made a depth probed or explored among plain rounds read 15 ms a
-            # round on the H200 where held it ran 3-5 (bench/results/s35).
-            waited = prev.wait_s - wait_before if prev is not None else 0.0
-            launched.launch_s = t1 - t0 - waited
+            # Not the waits for the launcher thread to finish the launch before (the hand-off's,
+            # or the idle above): what that launch cost beyond the round (a graph switch or
+            # build for its shape) would land in this round's cost, and a depth probed or
+            # explored among plain rounds read 15 ms a round on the H200 where held it ran
+            # 3-5 (bench/results/s35).
+            handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
+            prev_wait = self._flight.wait_s if self._flight else 0.0
+            launched.launch_s = t1 - t0 - prev_wait - handoff
         events: list[RequestOutput] = []
         flight, self._flight = self._flight, launched
         if flight is not None:
@@ -313,8 +305,6 @@ class Engine(Membership):
             events += [e for r in self.rows if (e := r.take_event()) is not None]
             events += self._drop_finished()  # finished in N: their N+1 slots are discarded
         t2 = time.perf_counter()
-        # What settling waited for N+1 since the swap (its only waits yet): N+1's cost, not N's
-        settled = launched.wait_s if launched is not None else 0.0
         if self.rows or self.waiting:
             self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
@@ -322,7 +312,7 @@ class Engine(Membership):
             # emitting it (this step). This step's launch belongs to N+1, whose depth may
             # differ: on a backend that computes while launching (the CPU) it is most of N+1.
             counts, accepted = flight.counts, stats.accepted_per_row
-            cost = flight.launch_s + flight.wait_s + (t2 - t1 - settled)
+            cost = flight.launch_s + flight.wait_s + (t2 - t1)
             self.depth_policy.observe(counts[: len(accepted)], np.asarray(accepted), cost)
         return events
 
@@ -350,8 +340,6 @@ class Engine(Membership):
         flight = Flight(rows, proposal.counts, num_accepted, tokens, new_last, logprobs,
                          window.shape[1])  # fmt: skip
         flight.launch(copies=self._launcher is not None)
-        if prev is not None and flight.ticket is not None:
-            prev.wait_s += flight.ticket.handoff_s  # the hand-off waited for prev's encode
         return flight
 
     def _collect(self, flight: Flight, stats: RoundStats) -> list[RequestOutput]:

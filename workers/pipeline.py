@@ -37,13 +37,10 @@ class Flight:
     last: mx.array  # [B] int32 each row's newest token: the next round's first input
     logprobs: mx.array | None  # [B, K+1]
     width: int  # K + 1: the most tokens a row can have committed
-    # host seconds spent building and launching it, less any wait for the round before it
+    # host seconds spent building and launching it, less any wait for the launch before it
+    # (a hand-off to the launcher thread, workers/engine.py `_pipelined_step`)
     launch_s: float = 0.0
-    # seconds the host waited for it, outside its own collect: for its compute before the next
-    # launch (the CPU, settle_before), for its encode on the launcher thread (the next
-    # hand-off, Engine.settle, the idle wait when a batch drops below the launcher's rows);
-    # workers/engine.py `_pipelined_step`
-    wait_s: float = 0.0
+    wait_s: float = 0.0  # seconds waited for it before the next launch (CPU, Engine)
     # Launched from a launcher thread (workers/launch.py): its ticket, and the arrays the host
     # reads, each a node of its own: the next round's graph takes the originals as inputs, and
     # the launcher thread may be scheduling that graph while the host reads these.
@@ -133,4 +130,4 @@ def settle_before(prev: Flight | None, counts: np.ndarray) -> None:
         return
     t = time.perf_counter()
     prev.wait()
-    prev.wait_s += time.perf_counter() - t
+    prev.wait_s = time.perf_counter() - t

@@ -231,12 +231,12 @@ def test_a_queue_waiting_on_a_full_batch_settles_only_where_the_batch_changes(la
         assert_matches(tokens[f"r{i}"], reference_greedy(target, p, n), f"row {i}")
 
 
-def test_the_wait_for_a_launch_is_charged_to_its_own_round(monkeypatch):
+def test_a_rounds_launch_time_leaves_out_the_wait_for_the_launch_before(monkeypatch):
     """The hand-off of round N+1 waits while the launcher thread still launches round N (its
-    encode, a graph switch or build on a GPU). That wait is N's cost, not N+1's: in N+1's
-    launch time it reached the depth policy as N+1's (depth-3 rounds probed among plain ones
-    read 15 ms on the H200 where held they ran 3-5), and charged to no round it under-costs
-    every launcher round by its encode. Here a launch is held 0.3 s."""
+    encode, a graph switch or build on a GPU). That wait is not N+1's: in N+1's launch time it
+    reached the depth policy as N+1's cost (depth-3 rounds probed among plain ones read 15 ms
+    on the H200 where held they ran 3-5), so it is left out, as the per-step settle kept it
+    out before. Here a launch is held 0.3 s."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
     engine.add_request("r", mixed_prompts(1, seed=2)[0], SamplingParams(max_tokens=10))
@@ -244,15 +244,12 @@ def test_the_wait_for_a_launch_is_charged_to_its_own_round(monkeypatch):
     held, release = hold_launches(monkeypatch)
     while not held.is_set():
         engine.step()
-    held_round = engine._flight  # the round whose launch the launcher thread holds
-    assert held_round is not None and held_round.wait_s < 0.1
     threading.Timer(0.3, release.set).start()
     engine.step()  # hands the next round over: waits for the held launch
     flight = engine._flight
     assert flight is not None and flight.ticket is not None
     assert flight.ticket.handoff_s >= 0.2
     assert flight.launch_s < 0.1
-    assert held_round.wait_s >= 0.2  # in its own cost, not the next round's launch time
     while engine.has_work():
         engine.step()
 
@@ -269,11 +266,10 @@ class CostLog(DepthPolicy):
         super().observe(draft_counts, num_accepted, step_time_s)
 
 
-def test_a_join_waiting_for_the_next_launch_charges_that_round_not_the_one_observed(monkeypatch):
-    """A request joining settles first, after the step's launch (round N+1) was handed over: the
-    wait is N+1's encode. It joins N+1's cost and is not taken from N's, which the same step
-    observes: every observed cost stays the time its round took (none negative), and the
-    round whose launch was held 0.3 s costs at least that."""
+def test_a_join_waiting_for_the_next_launch_is_in_no_observed_cost(monkeypatch):
+    """A request joining settles first, after the step's launch (round N+1) was handed over:
+    the wait is N+1's encode. The round the same step observes (N) does not carry it, and no
+    observed cost goes negative (stop 36's first accounting subtracted it there)."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2)
     engine.depth_policy = policy = CostLog(max_depth=1, forced=0)
@@ -291,4 +287,3 @@ def test_a_join_waiting_for_the_next_launch_charges_that_round_not_the_one_obser
         engine.step()
     assert observed >= 1 and min(policy.costs) > 0, policy.costs
     assert policy.costs[observed - 1] < 0.1, "the join's wait was charged to round N"
-    assert max(policy.costs[observed:]) >= 0.2, "the held round's cost left out its wait"
