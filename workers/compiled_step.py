@@ -30,7 +30,9 @@ from workers.row_linear import RowLinear
 
 Step = Callable[..., tuple[mx.array, ...]]  # (layer cache, *arrays) -> arrays
 # "1" / "0": compile drafter steps or not, on any backend (unset: where builds_per_shape). The
-# CPU's default is ops: without rounded spans each step would be a new trace.
+# CPU's default is ops: with the head's spans rounded (MTPDrafter.compile_steps) compiled steps
+# measured 1.03x at B=1 and 0.97-1.01x at B=8-16 on the 2-core CPU (bench/results/s37), and a
+# fresh machine builds each fused kernel with g++ first (~9 s for the default model's).
 COMPILE_ENV = "SPECFLEET_COMPILE_DRAFT"
 MAX_TRACES = 256  # distinct (model, shape, span) keys kept; past this they are traced again
 # Traces shared by every engine in the process: weights are inputs, not constants, so a fresh

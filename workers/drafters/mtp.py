@@ -34,7 +34,7 @@ import numpy as np
 from workers.compiled_step import CompiledStep
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows
-from workers.kv_cache import BatchCache
+from workers.kv_cache import SPAN, BatchCache
 from workers.mtp.hidden import embed, final_norm, lm_head, shared_modules, text_model
 
 
@@ -274,6 +274,10 @@ class MTPDrafter:
         costs a graph build anyway (MLX CUDA) and the host, not the device, bounds a round."""
         reads: list = [self.head, *shared_modules(self.target)]  # the head's weights, the target's
         self.compiled = CompiledStep(self._head_window, reads)
+        # Each attention span is a trace of its own: spans rounded up to SPAN (as MLX CUDA's
+        # caches already are) let one trace serve SPAN steps; exact spans (the CPU, Metal) would
+        # trace every step.
+        self.cache.span = SPAN
 
 
 @dataclass

@@ -188,3 +188,26 @@ def test_routed_head_steps_get_their_weight_views_as_inputs(default_prompts, mon
         counts[lend] = d.by_name["Transpose"] + d.by_name["ExpandDims"]
     compiled_step._TRACES.clear()
     assert counts[True] < counts[False], counts
+
+
+def test_compiling_rounds_the_head_spans_so_a_trace_serves_many_steps(default_prompts, monkeypatch):
+    """Forced on where spans are exact (this CPU), compiled steps round the head cache's spans
+    themselves: otherwise every step's span is a new trace."""
+    prompts, refs = default_prompts
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    monkeypatch.setattr(compiled_step, "_TRACES", {})
+    steps = []
+    real_call = CompiledStep.__call__
+
+    def counted(self, cache, width, *inputs):
+        steps.append(width)
+        return real_call(self, cache, width, *inputs)
+
+    monkeypatch.setattr(CompiledStep, "__call__", counted)
+    engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
+    assert isinstance(engine.drafter, MTPDrafter) and engine.drafter.compiled is not None
+    outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    for i, (o, ref) in enumerate(zip(outs, refs)):
+        assert_matches(o.tokens, ref, f"row {i}")
+    traces = ours(engine.drafter)
+    assert steps and 0 < traces < len(steps) / 3, (traces, len(steps))
