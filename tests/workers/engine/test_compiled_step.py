@@ -1,7 +1,7 @@
 """MTP head steps as compiled graphs (workers/compiled_step.py), run on the CPU.
 
-The compiled step is the default only where spans are rounded (MLX CUDA); here it is forced
-on with the drafter cache's span set as CUDA sets it, so traces are reused across rounds."""
+The compiled step is the default on MLX CUDA; here it is forced on (it rounds the head cache's
+spans itself, so traces are reused across rounds; most tests set a finer span of their own)."""
 
 from __future__ import annotations
 
@@ -48,15 +48,15 @@ def run(prompts, compiled: bool, monkeypatch, noise: float = 0.0) -> tuple[list,
         mx.eval(drafter.head.parameters())  # new weights are arrays like any input: not lazy
         if compiled:
             drafter.compile_steps()  # weights are read when a CompiledStep is made
-    drafter.cache.span = 16  # as on MLX CUDA (kv_cache.SPAN): spans change every 16 slots
+    drafter.cache.span = 16  # finer than kv_cache.SPAN: spans change every 16 slots
     outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
     accepted = [s.accepted_per_row for s in engine.take_round_stats()]
     return [o.tokens for o in outs], accepted, drafter
 
 
-def test_compiled_head_steps_draft_what_the_ops_path_drafts(default_prompts, monkeypatch):
-    prompts, refs = default_prompts
-    steps = []
+def counting_steps(monkeypatch) -> list[int]:
+    """The width of every compiled step called from now on."""
+    steps: list[int] = []
     real_call = CompiledStep.__call__
 
     def counted(self, cache, width, *inputs):
@@ -64,6 +64,12 @@ def test_compiled_head_steps_draft_what_the_ops_path_drafts(default_prompts, mon
         return real_call(self, cache, width, *inputs)
 
     monkeypatch.setattr(CompiledStep, "__call__", counted)
+    return steps
+
+
+def test_compiled_head_steps_draft_what_the_ops_path_drafts(default_prompts, monkeypatch):
+    prompts, refs = default_prompts
+    steps = counting_steps(monkeypatch)
     tokens, accepted, drafter = run(prompts, True, monkeypatch)
     assert drafter.compiled is not None and steps, "the compiled path must have run"
     # Lossless against mlx-lm's own decode, rows joining and leaving between rounds.
@@ -192,18 +198,12 @@ def test_routed_head_steps_get_their_weight_views_as_inputs(default_prompts, mon
 
 def test_compiling_rounds_the_head_spans_so_a_trace_serves_many_steps(default_prompts, monkeypatch):
     """Forced on where spans are exact (this CPU), compiled steps round the head cache's spans
-    themselves: otherwise every step's span is a new trace."""
+    themselves: otherwise every step's span is a new trace. Also for a lone sampled row (40
+    steps in 2 traces here)."""
     prompts, refs = default_prompts
     monkeypatch.setenv(COMPILE_ENV, "1")
     monkeypatch.setattr(compiled_step, "_TRACES", {})
-    steps = []
-    real_call = CompiledStep.__call__
-
-    def counted(self, cache, width, *inputs):
-        steps.append(width)
-        return real_call(self, cache, width, *inputs)
-
-    monkeypatch.setattr(CompiledStep, "__call__", counted)
+    steps = counting_steps(monkeypatch)
     engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
     assert isinstance(engine.drafter, MTPDrafter) and engine.drafter.compiled is not None
     outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
@@ -211,3 +211,8 @@ def test_compiling_rounds_the_head_spans_so_a_trace_serves_many_steps(default_pr
         assert_matches(o.tokens, ref, f"row {i}")
     traces = ours(engine.drafter)
     assert steps and 0 < traces < len(steps) / 3, (traces, len(steps))
+    monkeypatch.setattr(compiled_step, "_TRACES", {})
+    steps.clear()
+    engine.generate([prompts[-1]], [SamplingParams(max_tokens=40, temperature=0.8, seed=1)])
+    traces = ours(engine.drafter)
+    assert steps and 0 < traces < len(steps) / 3, ("sampled lone row", traces, len(steps))
