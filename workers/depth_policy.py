@@ -59,6 +59,7 @@ from workers.round_costs import (
     LIVE_ROUNDS,
     blend_warm,
     cell_medians,
+    cost_cell,
     cost_table,
     expected_tokens,
     median,
@@ -233,7 +234,7 @@ class DepthPolicy(RoundLog, BucketProbe):
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
         B, ks = len(drain.remaining), range(self.max_depth + 1)
         depths = self.depths()  # the margins of these only: each scans the rounds kept
-        e0 = self._median_error(B, 0)  # plain's, in every margin
+        e0 = self._cost_error(B, 0)  # plain's, in every margin
         job = JobCosts(
             costs=self._round_costs_for(range(B + drain.free_slots + 1)),
             acceptance=self.acceptance(),
@@ -308,9 +309,18 @@ class DepthPolicy(RoundLog, BucketProbe):
         then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
         costs (the head's backlog, a wait for the shape change); as rounds accumulate the
         error shrinks and a real gain still clears the margin."""
-        e0 = self._median_error(batch_size, 0) if e0 is None else e0  # `e0`: known already
-        ek = self._median_error(batch_size, k)
+        e0 = self._cost_error(batch_size, 0) if e0 is None else e0  # `e0`: known already
+        ek = self._cost_error(batch_size, k)
         return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
+
+    def _cost_error(self, batch_size: int, k: int) -> float:
+        """`_median_error` of the cell that prices (batch_size, k): where a larger batch's cell
+        caps it (`cap_by_larger`), that cell's, not the error of the medians it replaced. On
+        an H200 a lone last row's own cells (a few rounds, each joined or left by others) set
+        a margin of 0.69, and the row decoded plainly with depth 3 priced by the 16-row cells
+        at 1.50x its tokens a second (bench/results/s37)."""
+        cell = cost_cell(self._cells(), batch_size, k, self.cap_by_larger)
+        return self._median_error(*cell)
 
     def _median_error(self, batch_size: int, k: int) -> float:
         """Relative standard error of the (batch_size, k) cost median: with < 3 live rounds the

@@ -121,6 +121,21 @@ def cost_table(
     return out
 
 
+def cost_cell(cells: dict[Cell, float], batch_size: int, k: int, cap_by_larger: bool) -> Cell:
+    """The cell whose median `cost_table` prices (batch_size, k) at: its own, or with
+    `cap_by_larger` the cheapest cell capping it (`_larger_cells_min`'s) where that is cheaper.
+    A cell without a median of its own (fitted) counts as capped by any."""
+    own = (batch_size, k)
+    if not cap_by_larger:
+        return own
+    caps = [(t, c) for c, t in cells.items()
+            if (c[0] > batch_size and c[1] >= k) or (c[0] == batch_size and c[1] > k)]  # fmt: skip
+    if not caps:
+        return own
+    t, cap = min(caps)
+    return cap if t < cells.get(own, np.inf) else own
+
+
 def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: int) -> np.ndarray:
     """[len(sizes), n_depths] the cheapest other cell at this batch size or a larger one, at
     this depth or a deeper one (inf where none): a round of fewer rows or fewer drafts computes

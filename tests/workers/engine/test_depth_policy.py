@@ -307,3 +307,25 @@ def test_the_policys_median_is_numpys():
         assert median(values) == pytest.approx(float(np.median(values)), rel=1e-12)
     with pytest.raises(ValueError):
         median([])
+
+
+def test_a_lone_row_priced_by_a_larger_batchs_cells_is_weighed_with_their_error():
+    """H200 trace (trained hybrid, served traffic, bench/results/s37): 16-row rounds held
+    steady (here plain ~2.3 ms, depth 3 ~4.6 ms, 3 tokens a row-round); the last row's own
+    rounds were few and spread by joins and leaves. Its costs came from the 16-row cells
+    (capped), but its margin from its own cells' error: 0.69 there, and it decoded plainly with
+    depth 3 predicted 1.5x faster. Weighed with the error of the cells that price it, it drafts."""
+    rng = np.random.default_rng(0)
+    policy = DepthPolicy(max_depth=3, extremes_only=True, cap_by_larger=True, run=4)
+    for k, base, n in ((0, 2.3e-3, 40), (3, 4.6e-3, 120)):
+        for _ in range(n):
+            policy.observe(np.full(16, k), np.full(16, 2 if k else 0), base * rng.normal(1, 0.03))
+    for k, ms in ((0, [4.0, 2.0, 2.4, 4.0, 7.0, 8.0]), (3, [7.0, 3.5, 4.2, 7.0, 12.25, 14.0])):
+        for t in ms:  # the first of a shape counts as its build: five rounds each, MAD 50%
+            policy.observe(np.full(1, k), np.full(1, 2 if k else 0), t / 1e3)
+    own = 2 * np.hypot(policy._median_error(1, 0), policy._median_error(1, 3))
+    assert own > 0.6, own  # the trace's case: the lone row's own cells are noisy
+    assert policy._margin(1, 3) < 0.15
+    rates = policy._rates(1)
+    assert rates[3] > (1 + policy._margin(1, 3)) * rates[0] > 0
+    assert rates[3] < (1 + own) * rates[0], "the case must be one the old margin refused"

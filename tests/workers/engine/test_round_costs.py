@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from workers.drain import DrainingRows, JobCosts, job_depth
-from workers.round_costs import cost_table
+from workers.round_costs import cost_cell, cost_table
 
 
 def test_a_size_costs_no_more_than_a_larger_batch_at_its_depth_or_deeper():
@@ -55,3 +55,13 @@ def test_a_lone_last_row_drafts_on_the_h200_trace_costs():
 
     assert depth(cap=False) == 0  # one row at depth 3 read as 12.4 ms: 5x a plain round
     assert depth(cap=True) == 3
+
+
+def test_the_cell_that_prices_a_capped_cost_is_the_one_that_caps_it():
+    cells = {(16, 0): 0.0020, (16, 3): 0.0030, (13, 3): 0.0099, (4, 0): 0.0015, (4, 3): 0.0025}
+    table = dict(zip([13, 4, 2], cost_table(cells, {}, [13, 4, 2], 3, cap_by_larger=True)))
+    assert cost_cell(cells, 13, 3, True) == (16, 3) and table[13][3] == cells[(16, 3)]
+    assert cost_cell(cells, 4, 0, True) == (4, 0) and table[4][0] == cells[(4, 0)]  # its own
+    assert cost_cell(cells, 13, 0, True) == (16, 0)  # no median of its own: capped
+    assert cost_cell(cells, 2, 3, True) == (4, 3) and table[2][3] == cells[(4, 3)]
+    assert cost_cell(cells, 13, 3, False) == (13, 3)  # uncapped: every cell prices itself
