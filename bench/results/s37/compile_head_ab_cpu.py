@@ -1,31 +1,56 @@
-"""plain vs MTP (head steps as ops) vs MTP (compiled head steps), B rows, in turns, one process."""
-import sys, time, statistics
+"""s37: plain, MTP with the head's steps as ops, MTP with them compiled (spans rounded), taking
+turns in one process on the default model (greedy, 64 tokens +-50% per prompt).
+
+    python bench/results/s37/compile_head_ab_cpu.py B PROMPTS REPS ADAPTIVE(0|1)
+
+Prints tokens/s per pass and each engine's median ÷ plain's; every MTP pass is checked
+token for token against the plain pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
 from pathlib import Path
-from bench.peers import heldout_prompts
+
 from bench.p5_pairs import spread_params
-from workers import Engine
-from workers.kv_cache import SPAN
-md = Path("workers/default_model/target")
-B = int(sys.argv[1]); n = int(sys.argv[2]); reps = int(sys.argv[3]); adaptive = sys.argv[4] == "1"
-prompts = heldout_prompts(md, n)
-sp = spread_params(n, 64, 0.5)
-plain = Engine.load(str(md), max_batch_size=B)
-ops = Engine.load(str(md), drafter="mtp", max_batch_size=B, draft_depth=3, adaptive_depth=adaptive)
-comp = Engine.load(str(md), drafter="mtp", max_batch_size=B, draft_depth=3, adaptive_depth=adaptive)
-comp.drafter.compile_steps()
-engines = {"plain": plain, "ops": ops, "comp": comp}
-def run(e):
-    t0 = time.perf_counter(); outs = e.generate(prompts, sp); s = time.perf_counter() - t0
-    return sum(len(o.tokens) for o in outs) / s, [list(o.tokens) for o in outs], s
-for k, e in engines.items():
-    t = run(e)[2]; print("warm", k, round(t, 2), flush=True)
-res = {k: [] for k in engines}
-for rep in range(reps):
-    for name, e in engines.items():
-        tps, outs, _ = run(e); res[name].append(tps)
-        if name == "plain": ref = outs
-        else: assert outs == ref, name
-    print(rep, {k: round(v[-1], 1) for k, v in res.items()}, flush=True)
-m = {k: statistics.median(v) for k, v in res.items()}
-print(f"B={B} adaptive={adaptive} ratio to plain", {k: round(v / m["plain"], 3) for k, v in m.items()})
-from workers import compiled_step; print("traces", len(compiled_step._TRACES))
+from bench.peers import heldout_prompts
+from workers import Engine, compiled_step
+
+
+def main() -> None:
+    B, n, reps, adaptive = (int(a) for a in sys.argv[1:5])
+    model_dir = Path("workers/default_model/target")
+    prompts, params = heldout_prompts(model_dir, n), spread_params(n, 64, 0.5)
+    engines = {"plain": Engine.load(str(model_dir), max_batch_size=B)}
+    for name in ("ops", "compiled"):
+        engines[name] = Engine.load(str(model_dir), drafter="mtp", max_batch_size=B,
+                                    draft_depth=3, adaptive_depth=bool(adaptive))  # fmt: skip
+    engines["compiled"].drafter.compile_steps()  # the opt-in route: spans rounded to SPAN
+
+    def run(engine: Engine) -> tuple[float, list[list[int]]]:
+        t0 = time.perf_counter()
+        outs = engine.generate(prompts, params)
+        seconds = time.perf_counter() - t0
+        return sum(len(o.tokens) for o in outs) / seconds, [list(o.tokens) for o in outs]
+
+    for engine in engines.values():
+        run(engine)  # warm: traces, kernels
+    rates: dict[str, list[float]] = {name: [] for name in engines}
+    for rep in range(reps):
+        reference = None
+        for name, engine in engines.items():
+            tokens_per_s, outs = run(engine)
+            rates[name].append(tokens_per_s)
+            reference = reference or outs
+            assert outs == reference, name
+        print(rep, {k: round(v[-1], 1) for k, v in rates.items()}, flush=True)
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"B={B} adaptive={bool(adaptive)} ÷ plain",
+          {k: round(v / medians["plain"], 3) for k, v in medians.items()})  # fmt: skip
+    print("traces", len(compiled_step._TRACES))
+
+
+if __name__ == "__main__":
+    main()
