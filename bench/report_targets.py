@@ -105,6 +105,7 @@ def targets_section() -> list[str]:
     p5_s37 = [
         _ratios("s37/device/served_depth3_b{}.json", ["8", "16"]),
         _ratios("s37/device/accounting_before_b{}.json", ["8_1", "8_2", "16"]),
+        _ratios("s37/device/margin_after_b{}.json", ["8", "16"]),  # 97ab79e: capped margins
     ]
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -163,7 +164,8 @@ def targets_section() -> list[str]:
          f"as before it; a closed batch of 64 prompts (s36, B=1 / 8 / 16): depth 3 "
          f"{_fmt(p5_closed[0])}, adaptive {_fmt(p5_closed[1])}; served again on a new "
          f"hybrid of the same recipe (s37, B=8 / 16): depth 3 {_fmt(p5_s37[0])}, adaptive "
-         f"{', '.join(f'{x:.2f}' for x in p5_s37[1][:2])} / {_fmt(p5_s37[1][2:])} (two runs at 8)",
+         f"{', '.join(f'{x:.2f}' for x in p5_s37[1][:2])} / {_fmt(p5_s37[1][2:])} (two runs at 8), "
+         f"with a capped cost's margin from its capping cell {_fmt(p5_s37[2])}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0], 1.5)),
     ]  # fmt: skip
     out = [
