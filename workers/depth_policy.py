@@ -223,9 +223,10 @@ class DepthPolicy(RoundLog, BucketProbe):
         if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=depth)
         else:
-            rates = self._rates(batch_size, switching_from=depth)
+            costs = self.round_costs(batch_size)
+            rates = self._rates(batch_size, switching_from=depth, costs=costs)
             best = max(self.depths(), key=lambda j: rates[j])
-            if rates[best] < (1 + self._margin(batch_size, best)) * rates[0]:
+            if rates[best] < (1 + self._margin(batch_size, best, costs=costs)) * rates[0]:
                 best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
         self._chosen[batch_size] = (self._rounds, best)
         return best
@@ -234,15 +235,19 @@ class DepthPolicy(RoundLog, BucketProbe):
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
         B, ks = len(drain.remaining), range(self.max_depth + 1)
         depths = self.depths()  # the margins of these only: each scans the rounds kept
-        e0 = self._cost_error(B, 0)  # plain's, in every margin
+        table = self._round_costs_for(range(B + drain.free_slots + 1))
+        cells = self._cells()
+        e0 = self._cost_error(B, 0, table[B][0], cells)  # plain's, in every margin
         job = JobCosts(
-            costs=self._round_costs_for(range(B + drain.free_slots + 1)),
+            costs=table,
             acceptance=self.acceptance(),
             reference=self._accepted / self._drafted if self._drafted > 0 else 0.0,
             row_rates=np.array(self._row_rates),
             prior=self.drain_prior,
             once=np.array([self._once(B, k, switching_from) for k in ks]),
-            margin=np.array([self._margin(B, k, e0) if k in depths else np.inf for k in ks]),
+            margin=np.array(
+                [self._margin(B, k, e0, table[B]) if k in depths else np.inf for k in ks]
+            ),  # fmt: skip
             depths=depths,
         )
         return job_depth(drain, job)
@@ -302,25 +307,39 @@ class DepthPolicy(RoundLog, BucketProbe):
         rates = self._rates(batch_size)[self.depths()]
         return bool(rates.max() < (1 + self.min_gain) * rates[0])
 
-    def _margin(self, batch_size: int, k: int, e0: float | None = None) -> float:
+    def _margin(
+        self, batch_size: int, k: int, e0: float | None = None, costs: np.ndarray | None = None
+    ) -> float:
         """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
         or twice the relative error of the two cost medians compared where that is larger. On
         two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
         then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
         costs (the head's backlog, a wait for the shape change); as rounds accumulate the
-        error shrinks and a real gain still clears the margin."""
-        e0 = self._cost_error(batch_size, 0) if e0 is None else e0  # `e0`: known already
-        ek = self._cost_error(batch_size, k)
+        error shrinks and a real gain still clears the margin. `costs`: `round_costs` of
+        `batch_size`, when the caller has them; `e0`: depth 0's error, likewise."""
+        costs = self.round_costs(batch_size) if costs is None else costs
+        cells = self._cells()
+        e0 = self._cost_error(batch_size, 0, costs[0], cells) if e0 is None else e0
+        ek = self._cost_error(batch_size, k, costs[k], cells)
         return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
 
-    def _cost_error(self, batch_size: int, k: int) -> float:
-        """`_median_error` of the cell that prices (batch_size, k): where a larger batch's cell
-        caps it (`cap_by_larger`), that cell's, not the error of the medians it replaced. On
-        an H200 a lone last row's own cells (a few rounds, each joined or left by others) set
-        a margin of 0.69, and the row decoded plainly with depth 3 priced by the 16-row cells
-        at 1.50x its tokens a second (bench/results/s37)."""
-        cell = cost_cell(self._cells(), batch_size, k, self.cap_by_larger)
-        return self._median_error(*cell)
+    def _cost_error(
+        self, batch_size: int, k: int, priced: float, cells: dict[tuple[int, int], float]
+    ) -> float:
+        """`_median_error` of the median that priced (batch_size, k): where a larger batch's
+        cell capped it (`cap_by_larger`), that cell's, not the error of the medians it
+        replaced. On an H200 a lone last row's own cells (a few rounds, each joined or left by
+        others) set a margin of 0.69, and the row decoded plainly with depth 3, priced by the
+        16-row cells, predicted 1.50x its tokens a second (bench/results/s37). A capping cell
+        of fewer than LIVE_ROUNDS live rounds has no error of its own yet (0): the pair's own
+        error then stands."""
+        cell = cost_cell(cells, batch_size, k, priced) if self.cap_by_larger else (batch_size, k)
+        if cell != (batch_size, k) and self._live_rounds(cell) >= LIVE_ROUNDS:
+            return self._median_error(*cell)
+        return self._median_error(batch_size, k)
+
+    def _live_rounds(self, cell: tuple[int, int]) -> int:
+        return sum((b, j) == cell for b, j, _ in self._rows)
 
     def _median_error(self, batch_size: int, k: int) -> float:
         """Relative standard error of the (batch_size, k) cost median: with < 3 live rounds the
@@ -350,14 +369,17 @@ class DepthPolicy(RoundLog, BucketProbe):
         """Seconds a change of depth costs beyond its round (median of recent switches)."""
         return median(self._switch) if len(self._switch) >= 2 else 0.0
 
-    def _rates(self, batch_size: int, switching_from: int | None = None) -> np.ndarray:
+    def _rates(
+        self, batch_size: int, switching_from: int | None = None, costs: np.ndarray | None = None
+    ) -> np.ndarray:
         """[max_depth + 1] predicted tokens per second of each depth; `switching_from` (the
         depth now chosen): a choice lasts `refresh_every` rounds, so each depth is also charged
         a `refresh_every`-th of what taking it costs once: the build of a shape never run, and
         two switches (there and back) for a depth other than the current one. On MLX CUDA
         (builds and switches ~15-30 ms against 1-2 ms rounds) drafting then must pay for its
         graphs within the choice; on the CPU both are a few ms against 10-40 ms rounds."""
-        c, costs = self.acceptance(), self.round_costs(batch_size)
+        c = self.acceptance()
+        costs = (self.round_costs(batch_size) if costs is None else costs).copy()
         if switching_from is not None:
             for k in range(self.max_depth + 1):
                 costs[k] += self._once(batch_size, k, switching_from) / self.refresh_every

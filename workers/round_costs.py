@@ -121,19 +121,16 @@ def cost_table(
     return out
 
 
-def cost_cell(cells: dict[Cell, float], batch_size: int, k: int, cap_by_larger: bool) -> Cell:
-    """The cell whose median `cost_table` prices (batch_size, k) at: its own, or with
-    `cap_by_larger` the cheapest cell capping it (`_larger_cells_min`'s) where that is cheaper.
-    A cell without a median of its own (fitted) counts as capped by any."""
+def cost_cell(cells: dict[Cell, float], batch_size: int, k: int, priced: float) -> Cell:
+    """The cell whose median `cost_table` priced (batch_size, k) at (`priced`, its entry): the
+    pair's own, or the larger or deeper cell that capped it (`_larger_cells_min`'s candidates).
+    Where neither median is the price (a fit, a first round, a floor), the pair's own."""
     own = (batch_size, k)
-    if not cap_by_larger:
+    if cells.get(own) == priced:
         return own
-    caps = [(t, c) for c, t in cells.items()
-            if (c[0] > batch_size and c[1] >= k) or (c[0] == batch_size and c[1] > k)]  # fmt: skip
-    if not caps:
-        return own
-    t, cap = min(caps)
-    return cap if t < cells.get(own, np.inf) else own
+    caps = [c for c, t in cells.items() if t == priced
+            and ((c[0] > batch_size and c[1] >= k) or (c[0] == batch_size and c[1] > k))]  # fmt: skip
+    return min(caps) if caps else own
 
 
 def _larger_cells_min(cells: dict[Cell, float], sizes: Sequence[int], n_depths: int) -> np.ndarray:

@@ -329,3 +329,19 @@ def test_a_lone_row_priced_by_a_larger_batchs_cells_is_weighed_with_their_error(
     rates = policy._rates(1)
     assert rates[3] > (1 + policy._margin(1, 3)) * rates[0] > 0
     assert rates[3] < (1 + own) * rates[0], "the case must be one the old margin refused"
+
+
+def test_a_capping_cell_too_new_to_know_its_error_leaves_the_rows_own():
+    """A cell of fewer than LIVE_ROUNDS live rounds has no error yet (0): where it caps a
+    noisy size, that size's own error stands, or one lucky round would drop the margin to
+    min_gain."""
+    policy = DepthPolicy(max_depth=3, extremes_only=True, cap_by_larger=True, run=4)
+    for k, ms in ((0, [2.3, 2.3, 2.3]), (3, [4.6, 4.6, 4.6])):
+        for t in ms:  # the first of a shape is its build: two live rounds each
+            policy.observe(np.full(16, k), np.full(16, 2 if k else 0), t / 1e3)
+    for k, ms in ((0, [4.0, 2.0, 2.4, 4.0, 7.0, 8.0]), (3, [7.0, 3.5, 4.2, 7.0, 12.25, 14.0])):
+        for t in ms:
+            policy.observe(np.full(1, k), np.full(1, 2 if k else 0), t / 1e3)
+    own = 2 * np.hypot(policy._median_error(1, 0), policy._median_error(1, 3))
+    assert policy.round_costs(1)[3] == pytest.approx(4.6e-3)  # capped by the new cell ...
+    assert policy._margin(1, 3) == pytest.approx(own) and own > 0.6  # ... not weighed by it

@@ -59,9 +59,10 @@ def test_a_lone_last_row_drafts_on_the_h200_trace_costs():
 
 def test_the_cell_that_prices_a_capped_cost_is_the_one_that_caps_it():
     cells = {(16, 0): 0.0020, (16, 3): 0.0030, (13, 3): 0.0099, (4, 0): 0.0015, (4, 3): 0.0025}
-    table = dict(zip([13, 4, 2], cost_table(cells, {}, [13, 4, 2], 3, cap_by_larger=True)))
-    assert cost_cell(cells, 13, 3, True) == (16, 3) and table[13][3] == cells[(16, 3)]
-    assert cost_cell(cells, 4, 0, True) == (4, 0) and table[4][0] == cells[(4, 0)]  # its own
-    assert cost_cell(cells, 13, 0, True) == (16, 0)  # no median of its own: capped
-    assert cost_cell(cells, 2, 3, True) == (4, 3) and table[2][3] == cells[(4, 3)]
-    assert cost_cell(cells, 13, 3, False) == (13, 3)  # uncapped: every cell prices itself
+    sizes = [13, 4, 2]
+    at = dict(zip(sizes, cost_table(cells, {}, sizes, 3, cap_by_larger=True)))
+    assert cost_cell(cells, 13, 3, at[13][3]) == (16, 3)  # its own 9.9 ms, capped
+    assert cost_cell(cells, 4, 0, at[4][0]) == (4, 0)  # cheaper than any cap: its own
+    assert cost_cell(cells, 2, 3, at[2][3]) == (4, 3)  # no cell of its own: 4's caps it
+    assert at[13][0] < cells[(16, 0)]  # the fit through 4 and 16 rows, below the cap ...
+    assert cost_cell(cells, 13, 0, at[13][0]) == (13, 0)  # ... priced by no median
