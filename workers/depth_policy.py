@@ -236,7 +236,7 @@ class DepthPolicy(RoundLog, BucketProbe):
         B, ks = len(drain.remaining), range(self.max_depth + 1)
         depths = self.depths()  # the margins of these only: each scans the rounds kept
         table = self._round_costs_for(range(B + drain.free_slots + 1))
-        cells = self._cells()
+        cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(B, 0, table[B][0], cells)  # plain's, in every margin
         job = JobCosts(
             costs=table,
@@ -318,7 +318,7 @@ class DepthPolicy(RoundLog, BucketProbe):
         error shrinks and a real gain still clears the margin. `costs`: `round_costs` of
         `batch_size`, when the caller has them; `e0`: depth 0's error, likewise."""
         costs = self.round_costs(batch_size) if costs is None else costs
-        cells = self._cells()
+        cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(batch_size, 0, costs[0], cells) if e0 is None else e0
         ek = self._cost_error(batch_size, k, costs[k], cells)
         return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
