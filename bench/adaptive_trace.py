@@ -29,6 +29,7 @@ import numpy as np
 import workers.depth_policy as depth_policy_module
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
+from bench.step_log import Step, log_steps
 from workers import Engine
 from workers.depth_policy import DepthPolicy
 from workers.drain import job_seconds_by_depth
@@ -55,11 +56,11 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
         why.update(why="explore" if ok else "explore refused")
         return ok
 
-    def traced_rates(batch_size, switching_from=None):  # type: ignore[no-untyped-def]
-        r = rates(batch_size, switching_from)
+    def traced_rates(batch_size, switching_from=None, costs=None):  # type: ignore[no-untyped-def]
+        r = rates(batch_size, switching_from, costs)
         if switching_from is not None:
             top = policy.depths()[-1]
-            costs = policy.round_costs(batch_size)
+            costs = policy.round_costs(batch_size) if costs is None else costs
             why.update(why="rates", gain=round(float(r[top] / r[0]), 3),
                        margin=round(policy._margin(batch_size, top), 3),
                        cost_ms=[round(float(costs[k]) * 1e3, 2) for k in (0, top)])  # fmt: skip
@@ -88,32 +89,15 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     depth_policy_module.job_depth = traced_job_depth  # type: ignore[assignment]
 
 
-def timed_steps(engine: Engine) -> list[tuple[float, int]]:
-    """Wrap `engine.step` to append each step's (seconds, prefill tokens) to the list returned
-    (until `del engine.step`)."""
-    steps: list[tuple[float, int]] = []
-    step = engine.step
-
-    def timed():  # type: ignore[no-untyped-def]
-        t, before = time.perf_counter(), len(engine._stats)
-        out = step()
-        prefilled = sum(s.num_prefill_tokens for s in engine._stats[before:])
-        steps.append((time.perf_counter() - t, prefilled))
-        return out
-
-    engine.step = timed  # type: ignore[method-assign]
-    return steps
-
-
-def step_split(wall: float, steps: list, stats: list, log: list) -> dict:
+def step_split(wall: float, steps: list[Step], stats: list, log: list) -> dict:
     """Where a pass's seconds went: engine steps with and without a prefill, the prefills
     themselves (RoundStats.time_prefill_s), the rounds the depth policy timed, and the rest
     (generate's own loop)."""
-    with_prefill = [t for t, n in steps if n]
+    with_prefill = [s.seconds for s in steps if s.prefill_tokens]
     return {
         "wall_s": round(wall, 3),
         "steps": len(steps),
-        "steps_s": round(sum(t for t, _ in steps), 3),
+        "steps_s": round(sum(s.seconds for s in steps), 3),
         "prefill_steps": len(with_prefill),
         "prefill_steps_s": round(sum(with_prefill), 3),
         "prefill_s": round(sum(s.time_prefill_s for s in stats), 3),
@@ -169,7 +153,7 @@ def main() -> None:
                 log.clear()
                 choices.clear()
                 engine.take_round_stats()
-                steps = timed_steps(engine)
+                steps = log_steps(engine)
                 t0 = time.perf_counter()
                 outs = engine.generate(prompts, sp)
                 wall = time.perf_counter() - t0
@@ -197,7 +181,7 @@ def main() -> None:
             # (ms, prefill tokens): where a one-off cost (a build, a compile) lands, and how
             # acceptance moves through the job.
             r["mtp_rounds"] = [list(x) for x in log]
-            r["mtp_steps"] = [[round(t * 1e3, 2), n] for t, n in steps]
+            r["mtp_steps"] = [[round(x.seconds * 1e3, 2), x.prefill_tokens] for x in steps]
             r["acceptance"] = policy.acceptance().round(3).tolist()
             r["ratio"] = round(r["mtp"] / r["plain"], 3)
             res[f"B={B} rep{rep}"] = r

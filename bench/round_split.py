@@ -28,6 +28,7 @@ import workers.membership as membership_module
 import workers.pipeline as pipeline_module
 import workers.prefill_job as prefill_job
 from bench.peers import add_workload_args, heldout_prompts
+from bench.step_log import Step, log_steps
 from workers import Engine, SamplingParams
 
 
@@ -127,43 +128,17 @@ def instrument(engine: Engine, parts: bool) -> Split:
     return split
 
 
-class StepTimes:
-    """Each engine step's wall time, and whether a joining prefill advanced in it: what a step
-    with a join costs against one without."""
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[float, bool]] = []
-        self.joined = False
-
-    def summary(self) -> dict[str, float | int]:
-        out: dict[str, float | int] = {}
-        for name, flag in (("with_prefill", True), ("without", False)):
-            ts = sorted(t for t, j in self.steps if j == flag)
-            out[f"{name}_n"] = len(ts)
-            if ts:
-                out[f"{name}_median_ms"] = round(1e3 * ts[len(ts) // 2], 3)
-                out[f"{name}_total_ms"] = round(1e3 * sum(ts), 1)
-        return out
-
-
-def time_steps(engine: Engine) -> StepTimes:
-    times = StepTimes()
-    step, advance = engine.step, prefill_class().advance
-
-    def timed_step() -> Any:
-        times.joined = False
-        t0 = time.perf_counter()
-        out = step()
-        times.steps.append((time.perf_counter() - t0, times.joined))
-        return out
-
-    def flagged(self: Any, *args: Any, **kwargs: Any) -> Any:
-        times.joined = True
-        return advance(self, *args, **kwargs)
-
-    engine.step = timed_step  # type: ignore[method-assign]
-    prefill_class().advance = flagged  # type: ignore[method-assign]
-    return times
+def step_summary(steps: list[Step]) -> dict[str, float | int]:
+    """Steps in which a joining prefill advanced against the others: count, median and total
+    milliseconds of each (what a step with a join costs against one without)."""
+    out: dict[str, float | int] = {}
+    for name, joined in (("with_prefill", True), ("without", False)):
+        ts = sorted(x.seconds for x in steps if bool(x.prefill_tokens) == joined)
+        out[f"{name}_n"] = len(ts)
+        if ts:
+            out[f"{name}_median_ms"] = round(1e3 * ts[len(ts) // 2], 3)
+            out[f"{name}_total_ms"] = round(1e3 * sum(ts), 1)
+    return out
 
 
 def prefill_class() -> type:
@@ -210,7 +185,7 @@ def main() -> None:
     engine.generate(prompts, sp)  # warm: kernels and graphs of every shape
     engine.take_round_stats()
     split = instrument(engine, args.parts)
-    steps = time_steps(engine)
+    steps = log_steps(engine)
     t0 = time.perf_counter()
     outs = engine.generate(prompts, sp)
     seconds = time.perf_counter() - t0
@@ -221,7 +196,7 @@ def main() -> None:
         "drafter": args.drafter, "batch_size": args.batch_size, "prefill_cut": args.prefill_cut, "device": str(mx.default_device()),
         "tokens_per_s": tokens / seconds, "rounds": rounds, "ms_per_round": 1e3 * seconds / rounds,
         "rows_per_round": sum(sizes) / rounds, "rounds_below_full": sum(n < args.batch_size for n in sizes),
-        "steps": steps.summary(),
+        "steps": step_summary(steps),
         "ms_per_round_by_phase": {k: round(1e3 * v / rounds, 3) for k, v in
                                   sorted(split.seconds.items(), key=lambda kv: -kv[1])},
     }  # fmt: skip

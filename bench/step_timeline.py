@@ -22,35 +22,24 @@ import mlx.core as mx
 import numpy as np
 
 from bench.peers import add_workload_args, heldout_prompts
+from bench.step_log import log_steps
 from workers import Engine, SamplingParams
 
 
 def timed_steps(engine: Engine, prompts: list[list[int]], sp: SamplingParams) -> dict:
     """One job; per step [wall ms, rows after, prefill ms, prefill tokens, observed round]."""
-    steps: list[list] = []
-    observed: list[tuple[int, int, float]] = []
+    observed: dict[int, tuple[int, int, float]] = {}  # step index: (rows, depth, ms)
     policy = engine.depth_policy
-    real_step, real_observe = engine.step, policy.observe if policy else None
+    real_observe = policy.observe if policy else None
 
     def observe(counts: np.ndarray, accepted: np.ndarray, seconds: float) -> None:
-        observed.append((len(counts), int(np.max(counts, initial=0)), round(seconds * 1e3, 3)))
+        # called inside engine.step, before the step is logged: its index is len(steps)
+        seen = (len(counts), int(np.max(counts, initial=0)), round(seconds * 1e3, 3))
+        observed.setdefault(len(steps), seen)
         assert real_observe is not None
         real_observe(counts, accepted, seconds)
 
-    def step() -> list:
-        n_stats, n_obs = len(engine._stats), len(observed)
-        t0 = time.perf_counter()
-        events = real_step()
-        wall = time.perf_counter() - t0
-        s = engine._stats[-1] if len(engine._stats) > n_stats else None
-        steps.append([
-            round(wall * 1e3, 3), len(engine.rows),
-            round(s.time_prefill_s * 1e3, 3) if s else 0.0, s.num_prefill_tokens if s else 0,
-            list(observed[n_obs]) if len(observed) > n_obs else None,
-        ])  # fmt: skip
-        return events
-
-    engine.step = step  # type: ignore[method-assign]
+    steps = log_steps(engine)
     if policy is not None:
         policy.observe = observe  # type: ignore[method-assign]
     try:
@@ -62,7 +51,9 @@ def timed_steps(engine: Engine, prompts: list[list[int]], sp: SamplingParams) ->
         if policy is not None:
             del policy.observe
     tokens = sum(len(o.tokens) for o in outs)
-    return {"wall_ms": wall * 1e3, "tokens_per_s": tokens / wall, "steps": steps}
+    rows = [[round(x.seconds * 1e3, 3), x.rows, round(x.prefill_s * 1e3, 3), x.prefill_tokens,
+             list(observed[i]) if i in observed else None] for i, x in enumerate(steps)]  # fmt: skip
+    return {"wall_ms": wall * 1e3, "tokens_per_s": tokens / wall, "steps": rows}
 
 
 def by_shape(steps: list[list]) -> dict[str, list[float]]:
