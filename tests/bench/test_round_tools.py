@@ -125,3 +125,20 @@ def test_shape_ceiling_builds_the_shape_asked_and_reports_its_ceiling(tmp_path, 
     for k, T in shape_ceiling.TOKENS_PER_ROUND.items():
         cost = row[f"verify{k + 1}_over_step"] + k * row["head_over_step"]
         assert abs(row[f"ceiling_depth{k}"] - T / cost) < 0.01
+
+
+def test_the_step_log_records_every_step_and_what_it_prefilled():
+    from bench.step_log import log_steps
+    from tests.tiny import mixed_prompts, tiny_model
+
+    engine = Engine(tiny_model("qwen3", seed=5, layers=2), max_batch_size=1)
+    prompts = mixed_prompts(2, seed=2)
+    steps = log_steps(engine)
+    outs = engine.generate(prompts, [SamplingParams(max_tokens=6)] * 2)
+    del engine.step
+    stats = engine.take_round_stats()
+    assert len(steps) >= len(stats) > 0 and all(s.seconds > 0 for s in steps)  # a step may end none
+    assert sum(s.prefill_tokens for s in steps) == sum(x.num_prefill_tokens for x in stats) > 0
+    assert sum(1 for s in steps if s.prefill_tokens) >= 2  # the second prompt joins later
+    assert steps[-1].rows == 0 and all(len(o.tokens) == 6 for o in outs)
+    assert engine.step.__func__ is Engine.step  # the class's method again
