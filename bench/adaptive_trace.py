@@ -62,7 +62,7 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
             top = policy.depths()[-1]
             costs = policy.round_costs(batch_size) if costs is None else costs
             why.update(why="rates", gain=round(float(r[top] / r[0]), 3),
-                       margin=round(policy._margin(batch_size, top), 3),
+                       margin=round(policy._margin(batch_size, top, costs=costs), 3),
                        cost_ms=[round(float(costs[k]) * 1e3, 2) for k in (0, top)])  # fmt: skip
         return r
 
@@ -93,7 +93,7 @@ def step_split(wall: float, steps: list[Step], stats: list, log: list) -> dict:
     """Where a pass's seconds went: engine steps with and without a prefill, the prefills
     themselves (RoundStats.time_prefill_s), the rounds the depth policy timed, and the rest
     (generate's own loop)."""
-    with_prefill = [s.seconds for s in steps if s.prefill_tokens]
+    with_prefill = [s.seconds for s in steps if s.prefill_tokens]  # as stops 35-37 counted
     return {
         "wall_s": round(wall, 3),
         "steps": len(steps),

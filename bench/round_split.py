@@ -133,7 +133,7 @@ def step_summary(steps: list[Step]) -> dict[str, float | int]:
     milliseconds of each (what a step with a join costs against one without)."""
     out: dict[str, float | int] = {}
     for name, joined in (("with_prefill", True), ("without", False)):
-        ts = sorted(x.seconds for x in steps if bool(x.prefill_tokens) == joined)
+        ts = sorted(x.seconds for x in steps if x.prefilled == joined)
         out[f"{name}_n"] = len(ts)
         if ts:
             out[f"{name}_median_ms"] = round(1e3 * ts[len(ts) // 2], 3)

@@ -13,8 +13,11 @@ from workers import Engine
 class Step:
     seconds: float  # the step's wall time
     rows: int  # rows running after it
-    prefill_s: float  # of which its prefill (RoundStats.time_prefill_s)
-    prefill_tokens: int  # tokens a joining prefill advanced in it (0: none did)
+    prefill_s: float  # of which its prefill (RoundStats.time_prefill_s, where it ended a round)
+    # prompt tokens of the rows whose prefill finished in it (RoundStats.num_prefill_tokens):
+    # 0 in a step that only advanced a chunk of a longer prefill
+    prefill_tokens: int
+    prefilled: bool  # a joining prefill started, advanced or finished in it
 
 
 def log_steps(engine: Engine) -> list[Step]:
@@ -24,14 +27,22 @@ def log_steps(engine: Engine) -> list[Step]:
     real = engine.step
 
     def step() -> list:
-        before = len(engine._stats)
+        before, job = len(engine._stats), _prefill_state(engine)
         t0 = time.perf_counter()
         events = real()
         seconds = time.perf_counter() - t0
         new = engine._stats[before:]  # the step's own RoundStats
-        steps.append(Step(seconds, len(engine.rows), sum(s.time_prefill_s for s in new),
-                          sum(s.num_prefill_tokens for s in new)))  # fmt: skip
+        tokens = sum(s.num_prefill_tokens for s in new)
+        steps.append(Step(seconds, len(engine.rows), sum(s.time_prefill_s for s in new), tokens,
+                          bool(tokens) or _prefill_state(engine) != job))  # fmt: skip
         return events
 
     engine.step = step  # type: ignore[method-assign]
     return steps
+
+
+def _prefill_state(engine: Engine) -> tuple[object, int]:
+    """The engine's prefill job and how far it is (None, 0 when none runs): a step that starts,
+    advances or ends one changes it."""
+    job = engine._prefill
+    return (job, job.done) if job is not None else (None, 0)

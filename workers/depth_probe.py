@@ -45,7 +45,9 @@ class BucketProbe:
     def switch_cost(self) -> float:
         raise NotImplementedError
 
-    def _rates(self, batch_size: int, switching_from: int | None = None) -> np.ndarray:
+    def _rates(
+        self, batch_size: int, switching_from: int | None = None, costs: np.ndarray | None = None
+    ) -> np.ndarray:
         raise NotImplementedError
 
     def _probe(self, batch_size: int) -> int | None:

@@ -136,9 +136,16 @@ def test_the_step_log_records_every_step_and_what_it_prefilled():
     steps = log_steps(engine)
     outs = engine.generate(prompts, [SamplingParams(max_tokens=6)] * 2)
     del engine.step
+    assert engine.step.__func__ is Engine.step  # the class's method again
+    assert steps[-1].rows == 0 and all(len(o.tokens) == 6 for o in outs)
     stats = engine.take_round_stats()
     assert len(steps) >= len(stats) > 0 and all(s.seconds > 0 for s in steps)  # a step may end none
     assert sum(s.prefill_tokens for s in steps) == sum(x.num_prefill_tokens for x in stats) > 0
     assert sum(1 for s in steps if s.prefill_tokens) >= 2  # the second prompt joins later
-    assert steps[-1].rows == 0 and all(len(o.tokens) == 6 for o in outs)
-    assert engine.step.__func__ is Engine.step  # the class's method again
+    assert all(s.prefilled for s in steps if s.prefill_tokens)
+    # a prompt prefilled in chunks while a row decodes: its first chunks end no round's stats
+    engine = Engine(tiny_model("qwen3", seed=5, layers=2), max_batch_size=2, prefill_step_size=8)
+    steps = log_steps(engine)
+    engine.generate([prompts[0], list(range(1, 40))], [SamplingParams(max_tokens=12)] * 2)
+    chunked = [s for s in steps if s.prefilled and not s.prefill_tokens]
+    assert chunked, "a step that only advanced a chunk must count as a prefill step"
