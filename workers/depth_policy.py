@@ -238,6 +238,10 @@ class DepthPolicy(RoundLog, BucketProbe):
         table = self._round_costs_for(range(B + drain.free_slots + 1))
         cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(B, 0, table[B][0], cells)  # plain's, in every margin
+        margin = np.full(len(ks), np.inf)  # depths not chosen from never clear it
+        margin[0] = 0.0  # depth 0 clears no margin against itself
+        for k in depths[1:]:
+            margin[k] = self._margin(B, k, e0, table[B], cells)
         job = JobCosts(
             costs=table,
             acceptance=self.acceptance(),
@@ -245,9 +249,7 @@ class DepthPolicy(RoundLog, BucketProbe):
             row_rates=np.array(self._row_rates),
             prior=self.drain_prior,
             once=np.array([self._once(B, k, switching_from) for k in ks]),
-            margin=np.array(
-                [self._margin(B, k, e0, table[B]) if k in depths else np.inf for k in ks]
-            ),  # fmt: skip
+            margin=margin,
             depths=depths,
         )
         return job_depth(drain, job)
@@ -308,17 +310,24 @@ class DepthPolicy(RoundLog, BucketProbe):
         return bool(rates.max() < (1 + self.min_gain) * rates[0])
 
     def _margin(
-        self, batch_size: int, k: int, e0: float | None = None, costs: np.ndarray | None = None
+        self,
+        batch_size: int,
+        k: int,
+        e0: float | None = None,
+        costs: np.ndarray | None = None,
+        cells: dict[tuple[int, int], float] | None = None,
     ) -> float:
         """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
         or twice the relative error of the two cost medians compared where that is larger. On
         two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
         then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
         costs (the head's backlog, a wait for the shape change); as rounds accumulate the
-        error shrinks and a real gain still clears the margin. `costs`: `round_costs` of
-        `batch_size`, when the caller has them; `e0`: depth 0's error, likewise."""
+        error shrinks and a real gain still clears the margin. `costs` (`round_costs` of
+        `batch_size`), `e0` (depth 0's error) and `cells` (`_cells()`): when the caller has
+        them."""
         costs = self.round_costs(batch_size) if costs is None else costs
-        cells = self._cells() if self.cap_by_larger else {}  # only caps need them
+        if cells is None:
+            cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(batch_size, 0, costs[0], cells) if e0 is None else e0
         ek = self._cost_error(batch_size, k, costs[k], cells)
         return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
@@ -334,23 +343,23 @@ class DepthPolicy(RoundLog, BucketProbe):
         of fewer than LIVE_ROUNDS live rounds has no error of its own yet (0): the pair's own
         error then stands."""
         cell = cost_cell(cells, batch_size, k, priced) if self.cap_by_larger else (batch_size, k)
-        if cell != (batch_size, k) and self._live_rounds(cell) >= LIVE_ROUNDS:
-            return self._median_error(*cell)
+        if cell != (batch_size, k):
+            ts = self._live_costs(*cell)
+            if len(ts) >= LIVE_ROUNDS:
+                return _relative_error(ts)
         return self._median_error(batch_size, k)
 
-    def _live_rounds(self, cell: tuple[int, int]) -> int:
-        return sum((b, j) == cell for b, j, _ in self._rows)
+    def _live_costs(self, batch_size: int, k: int) -> list[float]:
+        return [t for b, j, t in self._rows if b == batch_size and j == k]
 
     def _median_error(self, batch_size: int, k: int) -> float:
         """Relative standard error of the (batch_size, k) cost median: with < 3 live rounds the
         warm-up's, else 0 (too few rounds to tell: `min_gain` alone decides, as a cold
         bucket's probe of two rounds per depth must)."""
-        ts = [t for b, j, t in self._rows if b == batch_size and j == k]
+        ts = self._live_costs(batch_size, k)
         if len(ts) < LIVE_ROUNDS:
             return float(self._warm_error.get((batch_size, k), 0.0))
-        med = median(ts)
-        mad = median([abs(t - med) for t in ts])
-        return 1.2533 * 1.4826 * mad / max(med, 1e-12) / float(np.sqrt(len(ts)))
+        return _relative_error(ts)
 
     def depths(self) -> list[int]:
         """The depths worth measuring and choosing (see `extremes_only`)."""
@@ -392,3 +401,10 @@ class DepthPolicy(RoundLog, BucketProbe):
         (there and back) if it is not the current depth."""
         once = self.build_cost() * ((batch_size, k) not in self._seen)
         return once + 2 * self.switch_cost() * (k != switching_from)
+
+
+def _relative_error(ts: list[float]) -> float:
+    """Relative standard error of the median of `ts`, from their median absolute deviation."""
+    med = median(ts)
+    mad = median([abs(t - med) for t in ts])
+    return 1.2533 * 1.4826 * mad / max(med, 1e-12) / float(np.sqrt(len(ts)))
