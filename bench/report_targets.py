@@ -84,8 +84,8 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s36: 5d2bf3b against fa9559a, in turns)
-    demo_runs = (_load("s36/vs_fa9559a/demo_ab.json") or {}).get("runs", [])
+    # the newest tree's demo runs (s37: 91c8285 against ff02cbf, in turns)
+    demo_runs = (_load("s37/vs_ff02cbf/demo_ab.json") or {}).get("runs", [])
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
     spread = [_load(f"s34/p5_pairs_64p_spread_{c}_s34_h200.json") for c in ("d3", "adaptive")]
