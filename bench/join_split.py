@@ -1,0 +1,142 @@
+"""Where an MTP engine's joins go on served traffic: host seconds of each join part, and the
+compiled head steps' traces.
+
+    python -m bench.join_split --model-dir DIR [--batch-sizes 16] [--prompts 64] [--spread 0.5]
+        --out F.json
+
+Per batch size, a plain engine and an adaptive MTP engine as a worker builds them (warm-up),
+each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
++- `--spread`, greedy, `ignore_eos`); the second pass is reported. Per pass: wall seconds, the
+engine steps with a prefill in them and the rest (`bench/step_log.py`), and for MTP the host
+seconds of `prompt_hidden` and the head's `add_rows` at each join, and of the compiled head
+steps (`workers/compiled_step.py`: calls, the calls that traced a new key, their seconds).
+Host seconds, not device seconds: what a join makes the host do before the next round can
+launch. `--sync-joins` evaluates the head's cache after each `add_rows` so that the device's
+part of a join (kernels built for its shapes included) lands in that host time too.
+`SPECFLEET_COMPILE_DRAFT=0` in the environment runs the head as ops instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+import workers.membership as membership
+from bench.p5_pairs import spread_params
+from bench.peers import heldout_prompts
+from bench.step_log import log_steps
+from workers import Engine
+from workers import compiled_step as compiled_module
+
+
+class HostTimer:
+    """Seconds and calls of wrapped functions, by name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                self.calls[name] = self.calls.get(name, 0) + 1
+
+        return timed
+
+    def report(self) -> dict[str, list[float]]:
+        return {k: [self.calls[k], round(self.seconds[k], 4)] for k in sorted(self.seconds)}
+
+
+def timed_compiled(timer: HostTimer, step: Any) -> Callable[..., Any]:
+    """The compiled head step, its calls split by whether they traced a new key."""
+
+    def call(*args: Any) -> Any:
+        before = len(compiled_module._TRACES)
+        t0 = time.perf_counter()
+        out = step(*args)
+        name = "compiled_traced" if len(compiled_module._TRACES) != before else "compiled_cached"
+        timer.seconds[name] = timer.seconds.get(name, 0.0) + time.perf_counter() - t0
+        timer.calls[name] = timer.calls.get(name, 0) + 1
+        return out
+
+    return call
+
+
+def synced(head: Any) -> Callable[..., None]:
+    """The head's `add_rows`, then its cache evaluated."""
+    add_rows = head.add_rows
+
+    def run(*args: Any) -> None:
+        add_rows(*args)
+        mx.eval(head.cache.state_arrays())
+
+    return run
+
+
+def one_pass(engine: Engine, prompts: list, sp: list, timer: HostTimer) -> dict:
+    timer.seconds.clear()
+    timer.calls.clear()
+    steps = log_steps(engine)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, sp)
+    wall = time.perf_counter() - t0
+    del engine.step
+    joins = [s.seconds for s in steps if s.prefilled]
+    return {
+        "tokens_per_s": round(sum(len(o.tokens) for o in outs) / wall, 1),
+        "wall_s": round(wall, 3),
+        "steps": len(steps),
+        "prefill_steps": len(joins),
+        "prefill_steps_s": round(sum(joins), 3),
+        "other_steps_s": round(sum(s.seconds for s in steps) - sum(joins), 3),
+        "host": timer.report(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-sizes", default="16")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--spread", type=float, default=0.5)
+    ap.add_argument("--sync-joins", action="store_true", help="see the module docstring")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    sp = spread_params(len(prompts), 96, args.spread)
+    timer = HostTimer()
+    membership.prompt_hidden = timer.wrap("prompt_hidden", membership.prompt_hidden)  # type: ignore[assignment]
+    res: dict = {}
+    for B in [int(b) for b in args.batch_sizes.split(",")]:
+        plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)
+        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3,
+                          adaptive_depth=True, warm_up=True)  # fmt: skip
+        head = mtp.drafter
+        add_rows = synced(head) if args.sync_joins else head.add_rows  # type: ignore[union-attr]
+        head.add_rows = timer.wrap("add_rows", add_rows)  # type: ignore[method-assign,union-attr]
+        if getattr(head, "compiled", None) is not None:
+            head.compiled = timed_compiled(timer, head.compiled)  # type: ignore[union-attr]
+        for rep in range(2):
+            for name, engine in (("plain", plain), ("mtp", mtp)):
+                r = one_pass(engine, prompts, sp, timer)
+                res[f"B={B} {name} pass{rep}"] = r
+                print(f"B={B} {name} pass{rep}: {r}", flush=True)
+        res[f"B={B} ratio"] = round(
+            res[f"B={B} mtp pass1"]["tokens_per_s"] / res[f"B={B} plain pass1"]["tokens_per_s"], 3
+        )
+        res[f"B={B} traces kept"] = len(compiled_module._TRACES)
+    args.out.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
