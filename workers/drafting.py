@@ -47,7 +47,6 @@ def attach_drafter(
         drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
-        drafter.pad_prompt_to = drafter.prompt_window  # type: ignore[union-attr]
     for own in (getattr(drafter, "head", None), getattr(drafter, "model", None)):
         if own is not None:  # an MTP head's layer, a draft model (the target's are routed)
             routes.install(own, backend)  # before compile_steps: a trace's key names classes

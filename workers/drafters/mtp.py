@@ -80,10 +80,6 @@ class MTPDrafter:
         # widths waiting, so each new mix is a new head-step shape (the engine sets 8 where
         # shapes cost a build, CUDA; see workers/backend.py).
         self.pad_packed_to = 1
-        # Pad a joining group's prompt window to at least this width: its width is the longest
-        # joiner's window (up to prompt_window), so on MLX CUDA nearly every join was a new
-        # head-step shape (the engine sets prompt_window there).
-        self.pad_prompt_to = 1
         self.ready = np.zeros(0, dtype=bool)
         self._chained = np.zeros(0, dtype=np.int64)
         self.histories: list[Sequence[int]] = []  # live references to the rows' histories
@@ -122,9 +118,7 @@ class MTPDrafter:
             longest = max(len(x) for x in nexts)
             for start in range(0, longest, self.prefill_step_size):
                 windows = [x[start : start + self.prefill_step_size] for x in nexts]
-                tokens, valid = pad_windows(
-                    windows, min(self.pad_prompt_to, self.prefill_step_size)
-                )
+                tokens, valid = pad_windows(windows)
                 W = tokens.shape[1]
                 h = _pad_axis1(hidden[:, start : start + W], W)
                 new.set_window_valid(valid)

@@ -154,48 +154,6 @@ def test_a_joining_prompt_enters_the_head_through_its_last_pairs(setup):
     assert sum(s.num_draft_tokens for s in engine.take_round_stats()) > 0
 
 
-def test_a_padded_prompt_window_drafts_what_an_exact_one_drafts(setup):
-    """On MLX CUDA a joining group's prompt window is padded to prompt_window (one head-step
-    shape per group size, not one per longest prompt): the padding must enter no cache, so
-    the head drafts exactly what it drafts from exact windows, and outputs stay mlx-lm's."""
-    target, head = setup
-    prompts = mixed_prompts(4, seed=6, lengths=[17, 9, 33, 2])
-    drafts, widths = {}, {}
-    for pad in (1, 8):
-        drafter = MTPDrafter(target, head, prompt_window=8)
-        drafter.pad_prompt_to = pad
-        seen: list[int] = []
-        step = drafter._head_step
-
-        def spy_step(layer, hidden, tokens, seen=seen, step=step, d=drafter):  # type: ignore[no-untyped-def]
-            if layer is not d.cache.layers[0]:  # a joining group's own cache: add_rows
-                seen.append(tokens.shape[1])
-            return step(layer, hidden, tokens)
-
-        drafter._head_step = spy_step  # type: ignore[method-assign]
-        engine = Engine(target, drafter=drafter, max_batch_size=2, draft_depth=3)
-        proposals = []
-        orig = drafter.propose
-
-        def spy(request, orig=orig, proposals=proposals, engine=engine):  # type: ignore[no-untyped-def]
-            p = orig(request)
-            engine.settle()
-            proposals.append(np.array(p.device_tokens()))
-            return p
-
-        drafter.propose = spy  # type: ignore[method-assign]
-        outs = engine.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True))
-        for p, o in zip(prompts, outs):
-            assert_matches(o.tokens, reference_greedy(target, p, 24), f"pad {pad}")
-        drafts[pad], widths[pad] = proposals, seen
-    # one head step per joining group, each as wide as the padding
-    assert widths[8] and set(widths[8]) == {8}, widths
-    assert set(widths[1]) != {8}, widths  # the exact windows: a 2-token prompt's group is not 8
-    assert len(drafts[1]) == len(drafts[8]) >= 3
-    same = sum(np.array_equal(a, b) for a, b in zip(drafts[1], drafts[8]))
-    assert same == len(drafts[1]), f"{same}/{len(drafts[1])} proposals identical"
-
-
 class SettledPlainFor(Every):
     """Plain decoding settled for batches of `plain_from` rows or more; drafts every round
     below (the policy's own warm-up is tested in test_depth_policy.py)."""
