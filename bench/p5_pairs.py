@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlx.core as mx
@@ -24,6 +25,7 @@ import numpy as np
 
 from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
+from workers.depth_policy import DepthPolicy
 
 
 def spread_params(n: int, max_tokens: int, spread: float) -> list[SamplingParams]:
@@ -125,31 +127,48 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
     return on_off_summary(runs)
 
 
-def ab_policy(make, prompts, sp, pairs: int) -> dict:
-    """Per repeat: plain, adaptive MTP with the depth policy's `cap_by_larger` off, plain, the
-    same with it on (two adaptive engines, each keeping its own policy's state), then MTP at
-    fixed depth (the depth the adaptive engines may reach), all in one process."""
-    plain, mtp_off, mtp_on = make(False), make(True), make(True)
-    fixed = make(True, adaptive=False)
-    assert mtp_off.depth_policy is not None and mtp_on.depth_policy is not None
-    mtp_off.depth_policy.cap_by_larger = False  # before any live round
-    mtp_on.depth_policy.cap_by_larger = True
-    for engine in (plain, mtp_off, mtp_on, fixed):  # warm: every shape's kernels built once
+# Depth-policy variants `--ab-policy` can run, each set on an adaptive engine's policy before
+# any live round; "fixed" is MTP at fixed --depth (no policy).
+POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
+    "as_is": lambda p: None,
+    "no_cap": lambda p: setattr(p, "cap_by_larger", False),  # priced by its own cells only
+    "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
+    "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
+    "fixed": None,
+}
+
+
+def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
+    """Per repeat, for each variant in turn (`POLICY_VARIANTS`): a plain pass, then the
+    variant's MTP pass; one engine per variant keeps its policy's state, all in one process
+    (every shape built once for all of them in the warm passes). Each variant's figure is
+    the median of its passes' ratios to the plain pass just before."""
+    unknown = sorted(set(names) - set(POLICY_VARIANTS))
+    if unknown:
+        raise SystemExit(f"--ab-policy: unknown variants {unknown}; known: {list(POLICY_VARIANTS)}")
+    plain = make(False)
+    engines = {}
+    for name in names:
+        setting = POLICY_VARIANTS[name]
+        engines[name] = make(True, adaptive=setting is not None)
+        if setting is not None:
+            assert engines[name].depth_policy is not None
+            setting(engines[name].depth_policy)
+    for engine in (plain, *engines.values()):  # warm: every shape's kernels built once
         engine.generate(prompts, sp)
-    runs: dict[str, list[float]] = {
-        k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on", "fixed")
-    }
+    runs: dict[str, list[float]] = {k: [] for k in ("plain", *names)}
+    ratios: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(pairs):
-        for state, mtp in (("off", mtp_off), ("on", mtp_on)):
-            runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
-            runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
-        runs["fixed"].append(timed_pass(fixed, prompts, sp)["tokens_per_s"])
-    out = on_off_summary(runs)
-    plains = [(a + b) / 2 for a, b in zip(runs["plain_off"], runs["plain_on"])]
-    out["summary"]["fixed_over_plain"] = round(
-        statistics.median([f / p for f, p in zip(runs["fixed"], plains)]), 3
-    )
-    return out
+        for name, engine in engines.items():
+            base = timed_pass(plain, prompts, sp)["tokens_per_s"]
+            runs["plain"].append(base)
+            runs[name].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+            ratios[name].append(runs[name][-1] / base)
+    return {
+        "tokens_per_s": {k: [round(x, 1) for x in v] for k, v in runs.items()},
+        "summary": {k: round(statistics.median(v), 3) for k, v in ratios.items()},
+        "pairs": {k: [round(x, 3) for x in v] for k, v in ratios.items()},
+    }
 
 
 def main() -> None:
@@ -166,10 +185,10 @@ def main() -> None:
     ap.add_argument("--ab-launch", action="store_true",
                     help="instead of the pairs: plain and MTP with workers/launch.py's launcher "
                     "thread off and on, in turns (engines built with each setting)")  # fmt: skip
-    ap.add_argument("--ab-policy", action="store_true",
-                    help="with --adaptive: instead of the pairs, adaptive MTP with the depth "
-                    "policy's cap_by_larger off and on, in turns with plain passes, and MTP "
-                    "at fixed --depth")  # fmt: skip
+    ap.add_argument("--ab-policy", metavar="VARIANTS",
+                    help="with --adaptive: instead of the pairs, these depth-policy variants "
+                    f"(comma-separated, of {list(POLICY_VARIANTS)}), each in turn after a plain "
+                    "pass, in one process")  # fmt: skip
     ap.add_argument("--adaptive", action="store_true",
                     help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
                     "depth timed at startup (both engines warm up)")  # fmt: skip
@@ -193,8 +212,14 @@ def main() -> None:
                 return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
                                    draft_depth=args.depth, **(served if adaptive else {}))  # fmt: skip
 
-            ab, name = (ab_policy, "policy") if args.ab_policy else (ab_launch, "launch")
-            rows[f"{B} {name}"] = ab(make, prompts, sp, args.pairs)
+            if args.ab_policy:
+                name = "policy"
+                rows[f"{B} {name}"] = ab_policy(
+                    make, prompts, sp, args.pairs, args.ab_policy.split(",")
+                )
+            else:
+                name = "launch"
+                rows[f"{B} {name}"] = ab_launch(make, prompts, sp, args.pairs)
             print(f"{args.label} B={B}: {json.dumps(rows[f'{B} {name}']['summary'])}", flush=True)
             continue
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)

@@ -79,6 +79,8 @@ class DepthPolicy(RoundLog, BucketProbe):
     # measured no gain (MTP held at depth 0: 5.27-5.40 s, adaptive: 5.29-5.44 s); drafting that pays gains
     # far more (+35% and up at B=1 on the CPU, +20-60% at B=8-32 on a GPU).
     min_gain: float = 0.10
+    # Standard errors of the compared cost medians a predicted gain must clear (`_margin`).
+    error_sigmas: float = 2.0
     explore_budget: float = 0.01  # exploration may lose at most this share of the time observed
     # A draft forward's time over a target forward's (measured by the engine, when it can): at
     # 1 or more, k draft steps plus the verify cost at least k + 1 decode steps, so drafting
@@ -318,7 +320,8 @@ class DepthPolicy(RoundLog, BucketProbe):
         cells: dict[tuple[int, int], float] | None = None,
     ) -> float:
         """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
-        or twice the relative error of the two cost medians compared where that is larger. On
+        or `error_sigmas` (2) times the relative error of the two cost medians compared where
+        that is larger. On
         two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
         then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
         costs (the head's backlog, a wait for the shape change); as rounds accumulate the
@@ -330,7 +333,7 @@ class DepthPolicy(RoundLog, BucketProbe):
             cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(batch_size, 0, costs[0], cells) if e0 is None else e0
         ek = self._cost_error(batch_size, k, costs[k], cells)
-        return max(self.min_gain, 2.0 * float(np.hypot(e0, ek)))
+        return max(self.min_gain, self.error_sigmas * float(np.hypot(e0, ek)))
 
     def _cost_error(
         self, batch_size: int, k: int, priced: float, cells: dict[tuple[int, int], float]
