@@ -26,6 +26,7 @@ import numpy as np
 from bench.peers import add_workload_args, heldout_prompts
 from workers import Engine, SamplingParams
 from workers.depth_policy import DepthPolicy
+from workers.drain import DrainingRows
 
 
 def spread_params(n: int, max_tokens: int, spread: float) -> list[SamplingParams]:
@@ -134,8 +135,22 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_cap": lambda p: setattr(p, "cap_by_larger", False),  # priced by its own cells only
     "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
     "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
+    "job_end_drain_only": lambda p: _job_end_drain_only(p),  # the rule once the queue fits
     "fixed": None,
 }
+
+
+def _job_end_drain_only(policy: DepthPolicy) -> None:
+    """The job-end rule only once every waiting row fits in a free slot (the batch drains)."""
+    view = policy.job_view
+    if view is None:
+        return
+
+    def drain_only() -> DrainingRows | None:
+        v = view()
+        return v if v is not None and len(v.waiting) <= v.free_slots else None
+
+    policy.job_view = drain_only
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
