@@ -32,7 +32,12 @@ from bench.peers import heldout_prompts
 from bench.step_log import Step, log_steps
 from workers import Engine
 from workers.depth_policy import DepthPolicy
-from workers.drain import job_seconds_by_depth
+from workers.drain import (
+    accept_scale,
+    job_seconds_by_depth,
+    population_scales,
+    rows_expected_tokens,
+)
 
 JOB_DEPTH = depth_policy_module.job_depth
 
@@ -69,10 +74,20 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     def traced_job_depth(drain, job):  # type: ignore[no-untyped-def]
         s = job_seconds_by_depth(drain, job)
         top = job.depths[-1]
+        B = len(drain.remaining)
+        base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
+        scale = accept_scale(drain.drafted, drain.accepted, job.prior, job.reference, base[:B])
         why.update(why="drain", W=len(drain.waiting), free=drain.free_slots,
                    gain=round(s[0] / s[top], 3), margin=round(float(job.margin[top]), 3),
                    once_ms=[round(float(job.once[k]) * 1e3, 1) for k in (0, top)],
-                   cost_ms={k: (job.costs[1:, k] * 1e3).round(2).tolist() for k in (0, top)})  # fmt: skip
+                   cost_ms={k: (job.costs[1:, k] * 1e3).round(2).tolist() for k in (0, top)},
+                   # the running rows: tokens left, drafts proposed and accepted, the acceptance
+                   # scale the rule read them at, and their expected tokens a round at `top`
+                   remaining=drain.remaining.tolist(), drafted=drain.drafted.tolist(),
+                   accepted=drain.accepted.tolist(), scale=scale.round(3).tolist(),
+                   tokens_at_top=rows_expected_tokens(job.acceptance, scale, top).round(2).tolist(),
+                   reference=round(job.reference, 3),
+                   acceptance=np.round(job.acceptance, 3).tolist())  # fmt: skip
         return job_depth(drain, job)
 
     def traced_choose(batch_size):  # type: ignore[no-untyped-def]
