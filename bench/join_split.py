@@ -5,7 +5,7 @@ compiled head steps' traces.
         --out F.json
 
 Per batch size, a plain engine and an adaptive MTP engine as a worker builds them (warm-up),
-each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
+and with `--fixed` an MTP engine at fixed depth 3, each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
 +- `--spread`, greedy, `ignore_eos`); the second pass is reported. Per pass: wall seconds, the
 engine steps with a prefill in them and the rest (`bench/step_log.py`), and for MTP the host
 seconds of `prompt_hidden` and the head's `add_rows` at each join, and of the compiled head
@@ -83,6 +83,18 @@ def synced(head: Any) -> Callable[..., None]:
     return run
 
 
+def _time_joins(engine: Engine, timer: HostTimer, sync: bool) -> None:
+    """Wrap the engine's prefix-cache inserts, and its drafter's add_rows and compiled steps."""
+    engine.prefix_cache.insert = timer.wrap("prefix_insert", engine.prefix_cache.insert)  # type: ignore[method-assign]
+    head = engine.drafter
+    if head is None:
+        return
+    add_rows = synced(head) if sync else head.add_rows
+    head.add_rows = timer.wrap("add_rows", add_rows)  # type: ignore[method-assign]
+    if getattr(head, "compiled", None) is not None:
+        head.compiled = timed_compiled(timer, head.compiled)  # type: ignore[attr-defined]
+
+
 def one_pass(engine: Engine, prompts: list, sp: list, timer: HostTimer) -> dict:
     timer.seconds.clear()
     timer.calls.clear()
@@ -110,27 +122,38 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--spread", type=float, default=0.5)
     ap.add_argument("--sync-joins", action="store_true", help="see the module docstring")
+    ap.add_argument("--fixed", action="store_true", help="also MTP at fixed depth 3")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     prompts = heldout_prompts(args.model_dir, args.prompts)
     sp = spread_params(len(prompts), 96, args.spread)
     timer = HostTimer()
     membership.prompt_hidden = timer.wrap("prompt_hidden", membership.prompt_hidden)  # type: ignore[assignment]
+    membership.joining_tail = timer.wrap("joining_tail", membership.joining_tail)  # type: ignore[assignment]
+    membership.start_prefill = timer.wrap("start_prefill", membership.start_prefill)  # type: ignore[assignment]
     res: dict = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)
         mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3,
                           adaptive_depth=True, warm_up=True)  # fmt: skip
-        head = mtp.drafter
-        add_rows = synced(head) if args.sync_joins else head.add_rows  # type: ignore[union-attr]
-        head.add_rows = timer.wrap("add_rows", add_rows)  # type: ignore[method-assign,union-attr]
-        if getattr(head, "compiled", None) is not None:
-            head.compiled = timed_compiled(timer, head.compiled)  # type: ignore[union-attr]
+        engines = {"plain": plain, "mtp": mtp}
+        if args.fixed:
+            engines["mtp_fixed"] = Engine.load(
+                args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3
+            )
+        for engine in engines.values():
+            _time_joins(engine, timer, args.sync_joins)
         for rep in range(2):
-            for name, engine in (("plain", plain), ("mtp", mtp)):
+            for name, engine in engines.items():
                 r = one_pass(engine, prompts, sp, timer)
                 res[f"B={B} {name} pass{rep}"] = r
                 print(f"B={B} {name} pass{rep}: {r}", flush=True)
+        if args.fixed:
+            res[f"B={B} fixed ratio"] = round(
+                res[f"B={B} mtp_fixed pass1"]["tokens_per_s"]
+                / res[f"B={B} plain pass1"]["tokens_per_s"],
+                3,
+            )
         res[f"B={B} ratio"] = round(
             res[f"B={B} mtp pass1"]["tokens_per_s"] / res[f"B={B} plain pass1"]["tokens_per_s"], 3
         )
