@@ -133,7 +133,6 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
 POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "as_is": lambda p: None,
     "no_cap": lambda p: setattr(p, "cap_by_larger", False),  # priced by its own cells only
-    "cap_costs_only": lambda p: setattr(p, "cap_keeps_ratio", False),  # caps as before s38
     "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
     "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
     "job_end_drain_only": lambda p: _job_end_drain_only(p),  # the rule once the queue fits

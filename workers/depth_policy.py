@@ -120,10 +120,6 @@ class DepthPolicy(RoundLog, BucketProbe):
     # `cost_table`): where each new shape is a build (MLX CUDA) a draining batch's sizes
     # otherwise read their builds and few rounds.
     cap_by_larger: bool = False
-    # ... and where a job's end is weighed, each size the batch drains through costs at most
-    # its own medians' ratio of drafting to plain over its capped plain cost (round_costs
-    # `_capped`): host-bound small rounds draft at a lower ratio than the batches that cap them
-    cap_keeps_ratio: bool = True
     # Rounds a depth is held when probed or explored. Above 1 (MLX CUDA), a run's first round
     # carries the switch (the other depth's pipelined tail, a graph rebuild) and sets no cost:
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
@@ -194,12 +190,7 @@ class DepthPolicy(RoundLog, BucketProbe):
 
     def _round_costs_for(self, sizes: Sequence[int]) -> np.ndarray:
         """[len(sizes), max_depth + 1] `round_costs` of each batch size, from one fit."""
-        return self._cost_table(sizes, keep_own_ratio=False)
-
-    def _cost_table(self, sizes: Sequence[int], keep_own_ratio: bool) -> np.ndarray:
-        return cost_table(
-            self._cells(), self._first, sizes, self.max_depth, self.cap_by_larger, keep_own_ratio
-        )
+        return cost_table(self._cells(), self._first, sizes, self.max_depth, self.cap_by_larger)
 
     def _cells(self) -> dict[tuple[int, int], float]:
         """Live cost medians, blended with the warm-up's (workers/round_costs.py `blend_warm`)."""
@@ -247,11 +238,6 @@ class DepthPolicy(RoundLog, BucketProbe):
         B, ks = len(drain.remaining), range(self.max_depth + 1)
         depths = self.depths()  # the margins of these only: each scans the rounds kept
         table = self._round_costs_for(range(B + drain.free_slots + 1))
-        if self.cap_by_larger and self.cap_keeps_ratio:
-            # The sizes the batch drains through: each at its own ratio of drafting to plain
-            # where it has medians for both (round_costs `_capped`). This size's own price,
-            # and the margin from the cells that set it, stay as `choose` reads them.
-            table[1:B] = self._cost_table(range(1, B), keep_own_ratio=True)
         cells = self._cells() if self.cap_by_larger else {}  # only caps need them
         e0 = self._cost_error(B, 0, table[B][0], cells)  # plain's, in every margin
         margin = np.full(len(ks), np.inf)  # depths not chosen from never clear it

@@ -85,15 +85,12 @@ def cost_table(
     sizes: Sequence[int],
     max_depth: int,
     cap_by_larger: bool = False,
-    keep_own_ratio: bool = False,
 ) -> np.ndarray:
     """[len(sizes), max_depth + 1] predicted seconds of a round per batch size and depth: a
     cell's median where it has one, else one fit over all cells (made once for all sizes); a
     shape seen only once costs that round (`first`: its fastest round, the first included).
     `cap_by_larger`: none above the cheapest cell at a larger size and this depth or deeper, or
-    at this size and a deeper depth (`_larger_cells_min`); with `keep_own_ratio`, a depth whose
-    size has its own medians for it and for plain costs no more over the capped plain cost than
-    those medians say (`_capped`)."""
+    at this size and a deeper depth (`_larger_cells_min`)."""
     depths = np.arange(max_depth + 1, dtype=np.float64)
     if not cells:
         return np.zeros((len(sizes), len(depths)))
@@ -120,27 +117,7 @@ def cost_table(
                 floor, last = max(floor, costs[k]), k
             else:
                 costs[k] = max(costs[k], floor + step * (k - last))
-        if cap is None:
-            out[i] = costs
-        else:
-            own = [(batch_size, k) in cells for k in range(len(depths))] if keep_own_ratio else []
-            out[i] = _capped(costs, cap[i], own)
-    return out
-
-
-def _capped(costs: np.ndarray, cap: np.ndarray, own: list[bool]) -> np.ndarray:
-    """[D + 1] a size's costs under their caps; where plain and depth k are both the size's own
-    medians (`own` [D + 1], empty: none), depth k also at most the capped plain cost times its
-    own ratio to plain. Capped alone, the two can cap unevenly: on an H200 one-row rounds (host
-    bound, no launcher thread below 8 rows) cost 3.3 ms plain and 4.3 ms at depth 3, 1.3x,
-    while the 16-row cells that capped them cost 2.2 and 3.8 ms, 1.77x; a draining batch's
-    last rows then read depth 3 as no faster, and decoded plainly where fixed depth 3 ran 1.15x
-    plain against adaptive's 0.93 (bench/results/s38)."""
-    out = np.minimum(costs, cap)
-    if own and own[0] and costs[0] > 0:
-        ratio = np.where(own, costs / costs[0], np.inf)
-        out = np.minimum(out, out[0] * ratio)
-        out = np.minimum.accumulate(out[::-1])[::-1]  # nor a shallower depth above a deeper one
+        out[i] = costs if cap is None else np.minimum(costs, cap[i])
     return out
 
 

@@ -4,10 +4,7 @@ depth, and the job's-end choice that follows from it on costs an H200 measured."
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-import workers.depth_policy as depth_policy_module
-from workers.depth_policy import DepthPolicy
 from workers.drain import DrainingRows, JobCosts, job_depth
 from workers.round_costs import cost_cell, cost_table
 
@@ -69,62 +66,3 @@ def test_the_cell_that_prices_a_capped_cost_is_the_one_that_caps_it():
     assert cost_cell(cells, 2, 3, at[2][3]) == (4, 3)  # no cell of its own: 4's caps it
     assert at[13][0] < cells[(16, 0)]  # the fit through 4 and 16 rows, below the cap ...
     assert cost_cell(cells, 13, 0, at[13][0]) == (13, 0)  # ... priced by no median
-
-
-def test_a_draining_size_keeps_its_own_ratio_of_drafting_to_plain_under_the_cap():
-    """H200 trace (trained hybrid, served traffic, B=16; bench/results/s38): one- and two-row
-    rounds are host bound (no launcher thread below 8 rows), 3.3 / 3.4 ms plain and 4.3 / 4.6
-    ms at depth 3, 1.3x; the 16-row cells that cap them cost 2.2 and 3.8 ms, 1.7x. Capped
-    each on its own, the last rows' depth 3 read 1.07x plain for a slow long row and the job
-    decoded them plainly; at their own ratio under the capped plain cost, they draft."""
-    cells = {(16, 0): 2.2e-3, (16, 3): 3.8e-3, (1, 0): 3.3e-3, (1, 3): 4.3e-3,
-             (2, 0): 3.4e-3, (2, 3): 4.6e-3}  # fmt: skip
-    drain = DrainingRows(remaining=np.array([10.0, 80.0]), drafted=np.array([90.0, 63.0]),
-                         accepted=np.array([60.0, 19.0]), free_slots=14)  # fmt: skip
-
-    def table(keep: bool) -> np.ndarray:
-        return cost_table(cells, {}, range(17), 3, cap_by_larger=True, keep_own_ratio=keep)
-
-    kept = table(True)
-    assert kept[1][0] == 2.2e-3 and kept[1][3] == pytest.approx(2.2e-3 * 4.3 / 3.3)
-    assert kept[2][3] == pytest.approx(2.2e-3 * 4.6 / 3.4)
-    assert (np.diff(kept[1:], axis=1) >= 0).all()  # no depth cheaper than a shallower one
-    assert kept[16][3] == 3.8e-3  # the capping size's own cells stand
-    assert table(False)[1][3] == 3.8e-3  # capped alone: 16 rows' depth 3
-
-    def depth(keep: bool) -> int:
-        job = JobCosts(costs=table(keep), acceptance=np.array([0.816, 0.786, 0.788]),
-                       reference=0.656, row_rates=np.zeros(0), prior=24.0, once=np.zeros(4),
-                       margin=np.full(4, 0.2), depths=[0, 3])  # fmt: skip
-        return job_depth(drain, job)
-
-    assert depth(keep=False) == 0
-    assert depth(keep=True) == 3
-
-
-def test_the_policy_prices_draining_sizes_at_their_own_ratio_and_its_own_size_as_capped():
-    """`_drain_choice` weighs the sizes below the running batch at their own ratio; the
-    running size's price (what `choose` compares and its margin reads) stays capped alone."""
-    policy = DepthPolicy(max_depth=3, extremes_only=True, cap_by_larger=True, run=4)
-    for b, k, ms in ((16, 0, 2.2), (16, 3, 3.8), (1, 0, 3.3), (1, 3, 4.3)):
-        for _ in range(6):  # the first of each shape is its build
-            policy.observe(np.full(b, k), np.full(b, 2 if k else 0), ms / 1e3)
-    seen = []
-    policy_module_job_depth = depth_policy_module.job_depth
-
-    def spy(drain, job):  # type: ignore[no-untyped-def]
-        seen.append(job.costs)
-        return policy_module_job_depth(drain, job)
-
-    depth_policy_module.job_depth = spy  # type: ignore[assignment]
-    drain = DrainingRows(remaining=np.array([10.0, 80.0]), drafted=np.array([90.0, 63.0]),
-                         accepted=np.array([60.0, 19.0]), free_slots=14)  # fmt: skip
-    try:
-        policy._drain_choice(drain, switching_from=0)
-        policy.cap_keeps_ratio = False
-        policy._drain_choice(drain, switching_from=0)
-    finally:
-        depth_policy_module.job_depth = policy_module_job_depth  # type: ignore[assignment]
-    assert seen[0][1][3] == pytest.approx(2.2e-3 * 4.3 / 3.3)
-    assert seen[1][1][3] == pytest.approx(3.8e-3)  # cap_keeps_ratio off: capped alone
-    assert policy.round_costs(1)[3] == pytest.approx(3.8e-3)  # choose's price: capped alone
