@@ -1,5 +1,5 @@
 """RESULTS.md's first section: issue 11's speed targets, each read from the newest result that
-measures it (bench/results/s29/ to s35/README.md and their siblings say how each was run); a target's status is computed from those numbers."""
+measures it (bench/results/s29/ to s38/README.md and their siblings say how each was run); a target's status is computed from those numbers."""
 
 from __future__ import annotations
 
@@ -67,6 +67,16 @@ def _ratios(pattern: str, runs: list[str]) -> list[float]:
     return out
 
 
+def _policy(pattern: str, sizes: list[str], variant: str) -> list[float]:
+    """A variant's MTP ÷ plain median per batch size of `bench.p5_pairs --ab-policy` files
+    (nan where a file is missing)."""
+    out = []
+    for b in sizes:
+        data = _load(pattern.format(b))
+        out.append(data["batch"][f"{b} policy"]["summary"][variant] if data else nan)
+    return out
+
+
 def _fmt(xs: list[float]) -> str:
     return " / ".join(f"{x:.2f}" for x in xs) or "n/a"
 
@@ -107,6 +117,9 @@ def targets_section() -> list[str]:
         _ratios("s37/device/accounting_before_b{}.json", ["8_1", "8_2", "16"]),
         _ratios("s37/device/margin_after_b{}.json", ["8", "16"]),  # 97ab79e: capped margins
     ]
+    # s38: adaptive (as is) and fixed depth 3 in one process, each pass after a plain pass
+    # (bench.p5_pairs --ab-policy; B = 8 / 16, the newer of the two runs at each)
+    p5_s38 = [_policy("s38/device/variants_c_b{}.json", ["8", "16"], k) for k in ("as_is", "fixed")]
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
          for k in ("plain_tokens_per_s", "mtp_tokens_per_s")]
@@ -165,8 +178,10 @@ def targets_section() -> list[str]:
          f"{_fmt(p5_closed[0])}, adaptive {_fmt(p5_closed[1])}; served again on a new "
          f"hybrid of the same recipe (s37, B=8 / 16): depth 3 {_fmt(p5_s37[0])}, adaptive "
          f"{', '.join(f'{x:.2f}' for x in p5_s37[1][:2])} / {_fmt(p5_s37[1][2:])} (two runs at 8), "
-         f"with a capped cost's margin from its capping cell {_fmt(p5_s37[2])}",
-         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0], 1.5)),
+         f"with a capped cost's margin from its capping cell {_fmt(p5_s37[2])}; adaptive "
+         f"and depth 3 in one process, each after a plain pass (s38, B=8 / 16): adaptive "
+         f"{_fmt(p5_s38[0])}, depth 3 {_fmt(p5_s38[1])}",
+         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1], 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
@@ -174,7 +189,7 @@ def targets_section() -> list[str]:
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
         "bf16; GPU rows as the engine now runs, its launcher thread at 8 rows or more, "
         "bench/results/s32/README.md). Why the missed ones are missed: "
-        "bench/results/s29/README.md, s30/ to s35/README.md and the stop notes.",
+        "bench/results/s29/README.md, s30/ to s38/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",
