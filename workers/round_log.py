@@ -105,21 +105,14 @@ class RoundLog:
             self._accepted *= self.decay
             return
         # Position j was tried by rows that drafted more than j tokens and had the j before it
-        # accepted; it was accepted by rows whose run reached past it. Counted in Python, not
-        # numpy: on the CPU each forward streams the weights through the caches, and numpy's
-        # broadcasting path then ran from memory: 250-400 us a round against 40 in Python
-        # (2-core VM, default model, B=1), ~3% of an MTP round.
-        D, tried, hit = self.max_depth, [0] * self.max_depth, [0] * self.max_depth
-        drafted, accepted = draft_counts.tolist(), num_accepted.tolist()
-        for c, a in zip(drafted, accepted):
-            for j in range(min(c, D, a + 1)):
-                tried[j] += 1
-            for j in range(min(a, D)):
-                hit[j] += 1
-        self._tried = self._tried * self.decay + np.array(tried)
-        self._hit = self._hit * self.decay + np.array(hit)
-        self._drafted = self._drafted * self.decay + float(sum(drafted))
-        self._accepted = self._accepted * self.decay + float(sum(accepted))
+        # accepted; it was accepted by rows whose run reached past it.
+        j = np.arange(self.max_depth)[None, :]  # [1, D]
+        counts = np.minimum(draft_counts, self.max_depth)[:, None]  # [B, 1]
+        acc = num_accepted[:, None]  # [B, 1]
+        self._tried = self._tried * self.decay + ((j < counts) & (j <= acc)).sum(0)
+        self._hit = self._hit * self.decay + (j < acc).sum(0)
+        self._drafted = self._drafted * self.decay + float(draft_counts.sum())
+        self._accepted = self._accepted * self.decay + float(num_accepted.sum())
 
     def _spike(self, batch_size: int, k: int, step_time_s: float) -> bool:
         """Whether this round (of a shape seen before, at the depth of the round before it)
