@@ -1,4 +1,4 @@
-"""The depth policy's acceptance count in numpy (before) against plain Python (after), in turns
+"""The depth policy's acceptance count in numpy (before) against plain Python (after, c5ffb87, reverted), in turns
 in one process on the CPU (stop 38).
 
     LD_PRELOAD=.../libblis.so.4 BLIS_NUM_THREADS=1 PYTHONPATH=. \
@@ -6,7 +6,7 @@ in one process on the CPU (stop 38).
 
 Adaptive MTP engines on the default model (greedy, 64 tokens +-50%, held-out prompts), one
 with `RoundLog._count_acceptance` as it was (numpy broadcasting over [B, D]), one as it is;
-per pair a pass of each; tokens/s and `observe`'s median host time per round, at B = 1 and 16.
+run at c5ffb87 (after: the engine's own count); per pair a pass of each; tokens/s and `observe`'s median host time per round, at B = 1 and 16.
 """
 
 from __future__ import annotations
