@@ -331,10 +331,6 @@ class DepthPolicy(RoundLog, BucketProbe):
         costs = self.round_costs(batch_size) if costs is None else costs
         if cells is None:
             cells = self._cells() if self.cap_by_larger else {}  # only caps need them
-        if self.cap_by_larger and costs[0] == costs[k]:
-            capping = cost_cell(cells, batch_size, 0, costs[0])
-            if capping != (batch_size, 0) and capping == cost_cell(cells, batch_size, k, costs[k]):
-                return self.min_gain  # one median prices both: their ratio carries no error
         e0 = self._cost_error(batch_size, 0, costs[0], cells) if e0 is None else e0
         ek = self._cost_error(batch_size, k, costs[k], cells)
         return max(self.min_gain, self.error_sigmas * float(np.hypot(e0, ek)))

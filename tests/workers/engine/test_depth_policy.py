@@ -331,22 +331,6 @@ def test_a_lone_row_priced_by_a_larger_batchs_cells_is_weighed_with_their_error(
     assert rates[3] < (1 + own) * rates[0], "the case must be one the old margin refused"
 
 
-def test_one_cell_capping_plain_and_drafting_alike_adds_no_error_to_their_ratio():
-    """Where a single larger cell prices both plain and depth k (its median caps both), the two
-    costs compared are one number: their ratio has no error, and the margin is min_gain, not
-    that cell's error counted twice."""
-    policy = DepthPolicy(max_depth=3, extremes_only=True, cap_by_larger=True, run=4)
-    for t in (4.0, 4.0, 3.2, 4.8, 4.0, 3.2, 4.8, 4.0, 3.2, 4.8):  # noisy: MAD 20%
-        policy.observe(np.full(16, 3), np.full(16, 2), t / 1e3)
-    for k, ms in ((0, [9.0, 6.0, 7.0, 8.0]), (3, [12.0, 9.0, 10.0, 11.0])):
-        for t in ms:  # a lone row's own rounds, dearer than the 16-row cell
-            policy.observe(np.full(1, k), np.full(1, 2 if k else 0), t / 1e3)
-    costs = policy.round_costs(1)
-    assert costs[0] == costs[3] == pytest.approx(4.0e-3)  # both priced by (16, 3)
-    assert 2 * np.sqrt(2) * policy._cost_error(1, 3, costs[3], policy._cells()) > 0.2
-    assert policy._margin(1, 3) == policy.min_gain
-
-
 def test_a_capping_cell_too_new_to_know_its_error_leaves_the_rows_own():
     """A cell of fewer than LIVE_ROUNDS live rounds has no error yet (0): where it caps a
     noisy size, that size's own error stands, or one lucky round would drop the margin to
