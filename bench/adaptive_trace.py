@@ -32,12 +32,7 @@ from bench.peers import heldout_prompts
 from bench.step_log import Step, log_steps
 from workers import Engine
 from workers.depth_policy import DepthPolicy
-from workers.drain import (
-    accept_scale,
-    job_seconds_by_depth,
-    population_scales,
-    rows_expected_tokens,
-)
+from workers.drain import job_seconds_by_depth, row_scales, rows_expected_tokens
 
 JOB_DEPTH = depth_policy_module.job_depth
 
@@ -74,9 +69,7 @@ def trace_choices(policy: DepthPolicy, choices: list[dict]) -> None:
     def traced_job_depth(drain, job):  # type: ignore[no-untyped-def]
         s = job_seconds_by_depth(drain, job)
         top = job.depths[-1]
-        B = len(drain.remaining)
-        base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
-        scale = accept_scale(drain.drafted, drain.accepted, job.prior, job.reference, base[:B])
+        scale, _ = row_scales(drain, job)
         why.update(why="drain", W=len(drain.waiting), free=drain.free_slots,
                    gain=round(s[0] / s[top], 3), margin=round(float(job.margin[top]), 3),
                    once_ms=[round(float(job.once[k]) * 1e3, 1) for k in (0, top)],

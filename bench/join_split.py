@@ -5,14 +5,16 @@ compiled head steps' traces.
         --out F.json
 
 Per batch size, a plain engine and an adaptive MTP engine as a worker builds them (warm-up),
-and with `--fixed` an MTP engine at fixed depth 3, each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
+and with `--fixed` an MTP engine at fixed depth 3 (no policy: no warm-up), each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
 +- `--spread`, greedy, `ignore_eos`); the second pass is reported. Per pass: wall seconds, the
 engine steps with a prefill in them and the rest (`bench/step_log.py`), and for MTP the host
 seconds of `prompt_hidden` and the head's `add_rows` at each join, and of the compiled head
 steps (`workers/compiled_step.py`: calls, the calls that traced a new key, their seconds).
 Host seconds, not device seconds: what a join makes the host do before the next round can
 launch. `--sync-joins` evaluates the head's cache after each `add_rows` so that the device's
-part of a join (kernels built for its shapes included) lands in that host time too.
+part of a join (kernels built for its shapes included) lands in that host time too (which
+changes how the join's work is launched: those runs' step times are not the engine's own).
+The wrappers stay for the process: this is a tool of its own process, not a library.
 `SPECFLEET_COMPILE_DRAFT=0` in the environment runs the head as ops instead.
 """
 
@@ -42,14 +44,17 @@ class HostTimer:
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.calls[name] = self.calls.get(name, 0) + 1
+
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-                self.calls[name] = self.calls.get(name, 0) + 1
+                self.add(name, time.perf_counter() - t0)
 
         return timed
 
@@ -65,8 +70,7 @@ def timed_compiled(timer: HostTimer, step: Any) -> Callable[..., Any]:
         t0 = time.perf_counter()
         out = step(*args)
         name = "compiled_traced" if len(compiled_module._TRACES) != before else "compiled_cached"
-        timer.seconds[name] = timer.seconds.get(name, 0.0) + time.perf_counter() - t0
-        timer.calls[name] = timer.calls.get(name, 0) + 1
+        timer.add(name, time.perf_counter() - t0)
         return out
 
     return call
@@ -100,9 +104,11 @@ def one_pass(engine: Engine, prompts: list, sp: list, timer: HostTimer) -> dict:
     timer.calls.clear()
     steps = log_steps(engine)
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, sp)
+    try:
+        outs = engine.generate(prompts, sp)
+    finally:
+        del engine.step  # the class's again
     wall = time.perf_counter() - t0
-    del engine.step
     joins = [s.seconds for s in steps if s.prefilled]
     return {
         "tokens_per_s": round(sum(len(o.tokens) for o in outs) / wall, 1),

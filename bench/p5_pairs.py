@@ -128,18 +128,6 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
     return on_off_summary(runs)
 
 
-# Depth-policy variants `--ab-policy` can run, each set on an adaptive engine's policy before
-# any live round; "fixed" is MTP at fixed --depth (no policy).
-POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
-    "as_is": lambda p: None,
-    "no_cap": lambda p: setattr(p, "cap_by_larger", False),  # priced by its own cells only
-    "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
-    "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
-    "job_end_drain_only": lambda p: _job_end_drain_only(p),  # the rule once the queue fits
-    "fixed": None,
-}
-
-
 def _job_end_drain_only(policy: DepthPolicy) -> None:
     """The job-end rule only once every waiting row fits in a free slot (the batch drains)."""
     view = policy.job_view
@@ -151,6 +139,18 @@ def _job_end_drain_only(policy: DepthPolicy) -> None:
         return v if v is not None and len(v.waiting) <= v.free_slots else None
 
     policy.job_view = drain_only
+
+
+# Depth-policy variants `--ab-policy` can run, each set on an adaptive engine's policy before
+# any live round; "fixed" is MTP at fixed --depth (no policy).
+POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
+    "as_is": lambda p: None,
+    "no_cap": lambda p: setattr(p, "cap_by_larger", False),  # priced by its own cells only
+    "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
+    "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
+    "job_end_drain_only": _job_end_drain_only,  # the rule once the queue fits the free slots
+    "fixed": None,
+}
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
@@ -203,7 +203,7 @@ def main() -> None:
     ap.add_argument("--ab-policy", metavar="VARIANTS",
                     help="with --adaptive: instead of the pairs, these depth-policy variants "
                     f"(comma-separated, of {list(POLICY_VARIANTS)}), each in turn after a plain "
-                    "pass, in one process")  # fmt: skip
+                    "pass, in one process (stop 35's bare --ab-policy: no_cap,as_is,fixed)")  # fmt: skip
     ap.add_argument("--adaptive", action="store_true",
                     help="MTP as a serving worker runs it: adaptive depth up to --depth, every "
                     "depth timed at startup (both engines warm up)")  # fmt: skip

@@ -321,13 +321,12 @@ class DepthPolicy(RoundLog, BucketProbe):
     ) -> float:
         """The gain over depth 0 that drafting at depth k must be predicted to make: min_gain,
         or `error_sigmas` (2) times the relative error of the two cost medians compared where
-        that is larger. On
-        two contended CPU cores single rounds vary by 10-15%: medians of a handful of rounds
-        then put a depth that breaks even 10-20% ahead of plain by chance, and each such switch
-        costs (the head's backlog, a wait for the shape change); as rounds accumulate the
-        error shrinks and a real gain still clears the margin. `costs` (`round_costs` of
-        `batch_size`), `e0` (depth 0's error) and `cells` (`_cells()`): when the caller has
-        them."""
+        that is larger. On two contended CPU cores single rounds vary by 10-15%: medians of a
+        handful of rounds then put a depth that breaks even 10-20% ahead of plain by chance,
+        and each such switch costs (the head's backlog, a wait for the shape change); as rounds
+        accumulate the error shrinks and a real gain still clears the margin. `costs`
+        (`round_costs` of `batch_size`), `e0` (depth 0's error) and `cells` (`_cells()`): when
+        the caller has them."""
         costs = self.round_costs(batch_size) if costs is None else costs
         if cells is None:
             cells = self._cells() if self.cap_by_larger else {}  # only caps need them

@@ -155,17 +155,24 @@ class JobCosts(NamedTuple):
     depths: list[int]  # the depths to choose from
 
 
+def row_scales(drain: DrainingRows, job: JobCosts) -> tuple[np.ndarray, np.ndarray]:
+    """([B] the running rows' acceptance scales, each shrunk to its expected one, [W] the
+    waiting rows' expected ones: `population_scales`)."""
+    B = len(drain.remaining)
+    base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
+    scale = accept_scale(drain.drafted, drain.accepted, job.prior, job.reference, base[:B])
+    return scale, base[B:]
+
+
 def job_seconds_by_depth(drain: DrainingRows, job: JobCosts) -> dict[int, float]:
     """Seconds until the running and waiting rows have all finished at each depth (`job_seconds`,
     each row at its own acceptance), plus what taking the depth costs once."""
-    B = len(drain.remaining)
     c = job.acceptance
-    base = population_scales(job.row_rates, job.reference, B + len(drain.waiting))
-    scale = accept_scale(drain.drafted, drain.accepted, job.prior, job.reference, base[:B])
+    scale, queued_scale = row_scales(drain, job)
     seconds = {}
     for k in job.depths:
         rounds = drain.remaining / rows_expected_tokens(c, scale, k)
-        queued = drain.waiting / rows_expected_tokens(c, base[B:], k)
+        queued = drain.waiting / rows_expected_tokens(c, queued_scale, k)
         seconds[k] = job_seconds(rounds, queued, job.costs[:, k], drain.free_slots)
         seconds[k] += job.once[k]
     return seconds

@@ -149,3 +149,33 @@ def test_the_step_log_records_every_step_and_what_it_prefilled():
     engine.generate([prompts[0], list(range(1, 40))], [SamplingParams(max_tokens=12)] * 2)
     chunked = [s for s in steps if s.prefilled and not s.prefill_tokens]
     assert chunked, "a step that only advanced a chunk must count as a prefill step"
+
+
+def test_policy_variants_set_what_they_name():
+    """bench.p5_pairs --ab-policy's variants: each sets its policy before any live round; the
+    job-end rule restricted to the drain passes a view on only where the queue fits the free
+    slots; an unknown name is refused with the known ones."""
+    import numpy as np
+    import pytest
+
+    from bench.p5_pairs import POLICY_VARIANTS, ab_policy
+    from workers.depth_policy import DepthPolicy
+    from workers.drain import DrainingRows
+
+    def view(waiting: int, free: int) -> DrainingRows:
+        return DrainingRows(np.ones(2), np.zeros(2), np.zeros(2), np.ones(waiting), free)
+
+    views = iter([view(3, 1), view(2, 2), None])
+    policy = DepthPolicy(max_depth=3, job_view=lambda: next(views))
+    POLICY_VARIANTS["job_end_drain_only"](policy)  # type: ignore[misc]
+    assert policy.job_view is not None
+    assert policy.job_view() is None  # 3 waiting, 1 free slot: tokens per second decide
+    assert len(policy.job_view().waiting) == 2  # 2 waiting, 2 free: the drain
+    assert policy.job_view() is None
+    for name, setting in (("no_job_end", "job_view"), ("margin_min", "error_sigmas"),
+                          ("no_cap", "cap_by_larger")):  # fmt: skip
+        p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True)
+        POLICY_VARIANTS[name](p)  # type: ignore[misc]
+        assert not getattr(p, setting), name
+    with pytest.raises(SystemExit, match="unknown variants \\['nope'\\]"):
+        ab_policy(None, [], [], 1, ["as_is", "nope"])
