@@ -19,21 +19,17 @@ kernels built through the wrapper equal the uncompiled ops and the baseline buil
 
 Where: Linux x86-64, MLX's CPU backend, a CPU with avx2, fma and f16c, g++ on PATH, unless
 `SPECFLEET_CPU_JIT_FLAGS=0`. MLX keeps built kernels in `$TMPDIR/mlx/<version>/cpu` by name, not
-by flags, and loads one it finds there as it is: kernels built earlier without the wrapper (a
-plain MLX run, the route off) would run slower, with the same bits, for as long as their files
-stay. So `install` marks that directory with the compiler and flags its kernels come from, and
-where the mark is missing or other, sets its kernels aside first (`claim_kernel_cache`).
+by flags: kernels it built earlier without the wrapper are reused as they are (slower, same
+bits) until that directory is cleared.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import os
 import platform
 import shutil
-import tempfile
 from pathlib import Path
 
 ENV = "SPECFLEET_CPU_JIT_FLAGS"  # "0": leave MLX's JIT command as it is
@@ -65,51 +61,12 @@ def wanted() -> bool:
     return set(CPU_FEATURES) <= cpu_features()
 
 
-def build_key(real: str) -> str:
-    """What a kernel built through the wrapper depends on beyond its name: compiler and flags."""
-    return hashlib.sha1(" ".join([real, *FLAGS]).encode()).hexdigest()[:12]
-
-
 def wrapper_dir(real: str) -> Path:
     """One directory per (compiler, flags): two installs on one machine never rewrite each
     other's wrapper under a process that runs it."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specfleet" / "jit-cc" / build_key(real)
-
-
-def kernel_cache() -> Path:
-    """Where MLX's CPU backend keeps the kernels it builds (std::filesystem's temp directory,
-    which reads TMPDIR as Python's does)."""
-    import mlx.core as mx
-
-    return Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "cpu"  # type: ignore[attr-defined]
-
-
-def claim_kernel_cache(key: str, cache: Path | None = None) -> bool:
-    """Mark MLX's kernel cache as built with `key` (`build_key`); where its mark is missing or
-    other and kernels are there, set them aside first (the directory renamed, then removed) so
-    that MLX builds them again through the wrapper. Processes starting together (a fleet's
-    workers) take turns on a lock beside it, so none sets aside kernels another has just begun
-    to build. True where kernels were set aside."""
-    cache = kernel_cache() if cache is None else cache
-    mark = cache / ".specfleet-jit"
-    if _read(mark) == key:
-        return False  # the common case: no lock, one small read
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(cache.parent / ".specfleet-jit.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _read(mark) == key:
-            return False  # another process claimed it while this one waited
-        stale = cache.is_dir() and any(f.suffix in (".so", ".cpp") for f in cache.iterdir())
-        if stale:
-            aside = cache.with_name(f"{cache.name}.stale-{os.getpid()}")
-            os.replace(cache, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache / f".specfleet-jit.{os.getpid()}"
-        tmp.write_text(key)
-        os.replace(tmp, mark)
-    return stale
+    key = hashlib.sha1(" ".join([real, *FLAGS]).encode()).hexdigest()[:12]
+    return Path(base) / "specfleet" / "jit-cc" / key
 
 
 def without_wrappers(path: str) -> str:
@@ -155,8 +112,4 @@ def install() -> Path | None:
         return None
     rest = os.pathsep.join(d for d in rest.split(os.pathsep) if d != str(here))  # if emptied
     os.environ["PATH"] = os.pathsep.join([str(here), rest]) if rest else str(here)
-    try:
-        claim_kernel_cache(build_key(real))
-    except OSError:
-        pass  # an unwritable temp directory: MLX cannot build there either
     return here
