@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from math import nan
 from pathlib import Path
 from typing import Any
@@ -57,24 +58,26 @@ def _served_p5(data: dict | None) -> list[float]:
     ]
 
 
-def _ratios(pattern: str, runs: list[str]) -> list[float]:
-    """MTP ÷ plain medians of bench.p5_pairs files, one run of one batch size each (a run's
-    name fills `pattern`); a missing file says so in the figure instead of shifting the rest."""
+def _each(pattern: str, names: list[str], read: Callable[[dict, str], float]) -> list[float]:
+    """`read(data, name)` of each file `pattern` names (a name fills it); a missing file is nan,
+    which says so in the figure instead of shifting the rest."""
     out = []
-    for run in runs:
-        data = _load(pattern.format(run))
-        out.append(next(iter(data["batch"].values()))["mtp_over_plain_median"] if data else nan)
+    for name in names:
+        data = _load(pattern.format(name))
+        out.append(read(data, name) if data else nan)
     return out
+
+
+def _ratios(pattern: str, runs: list[str]) -> list[float]:
+    """MTP ÷ plain medians of bench.p5_pairs files, one run of one batch size each."""
+    return _each(
+        pattern, runs, lambda d, _: next(iter(d["batch"].values()))["mtp_over_plain_median"]
+    )
 
 
 def _policy(pattern: str, sizes: list[str], variant: str) -> list[float]:
-    """A variant's MTP ÷ plain median per batch size of `bench.p5_pairs --ab-policy` files
-    (nan where a file is missing)."""
-    out = []
-    for b in sizes:
-        data = _load(pattern.format(b))
-        out.append(data["batch"][f"{b} policy"]["summary"][variant] if data else nan)
-    return out
+    """A variant's MTP ÷ plain median per batch size of `bench.p5_pairs --ab-policy` files."""
+    return _each(pattern, sizes, lambda d, b: d["batch"][f"{b} policy"]["summary"][variant])
 
 
 def _fmt(xs: list[float]) -> str:
@@ -94,8 +97,8 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s37: 91c8285 against ff02cbf, in turns)
-    demo_runs = (_load("s37/vs_ff02cbf/demo_ab.json") or {}).get("runs", [])
+    # the newest tree's demo runs (s38: 0c0b85c against 7387950, in turns)
+    demo_runs = (_load("s38/vs_7387950/demo_ab.json") or {}).get("runs", [])
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
     spread = [_load(f"s34/p5_pairs_64p_spread_{c}_s34_h200.json") for c in ("d3", "adaptive")]
