@@ -149,6 +149,10 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_job_end": lambda p: setattr(p, "job_view", None),  # tokens per second decide throughout
     "margin_min": lambda p: setattr(p, "error_sigmas", 0.0),  # a gain clears min_gain alone
     "job_end_drain_only": _job_end_drain_only,  # the rule once the queue fits the free slots
+    # Every round at the top depth with the policy's own per-round and per-join host work
+    # (observe, the join's `settled_plain`): against "fixed", what that work costs; against
+    # "as_is", what the policy's choices cost.
+    "forced_max": lambda p: setattr(p, "forced", p.max_depth),
     "fixed": None,
 }
 

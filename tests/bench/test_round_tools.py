@@ -177,5 +177,8 @@ def test_policy_variants_set_what_they_name():
         p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True)
         POLICY_VARIANTS[name](p)  # type: ignore[misc]
         assert not getattr(p, setting), name
+    forced = DepthPolicy(max_depth=3)
+    POLICY_VARIANTS["forced_max"](forced)  # type: ignore[misc]
+    assert forced.choose(16) == 3 and forced.choose(1) == 3
     with pytest.raises(SystemExit, match="unknown variants \\['nope'\\]"):
         ab_policy(None, [], [], 1, ["as_is", "nope"])
