@@ -173,12 +173,14 @@ def test_policy_variants_set_what_they_name():
     assert len(policy.job_view().waiting) == 2  # 2 waiting, 2 free: the drain
     assert policy.job_view() is None
     for name, setting in (("no_job_end", "job_view"), ("margin_min", "error_sigmas"),
-                          ("no_cap", "cap_by_larger")):  # fmt: skip
+                          ("no_cap", "cap_by_larger"), ("no_explore", "explore_every")):  # fmt: skip
         p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True)
         POLICY_VARIANTS[name](p)  # type: ignore[misc]
         assert not getattr(p, setting), name
     forced = DepthPolicy(max_depth=3)
     POLICY_VARIANTS["forced_max"](forced)  # type: ignore[misc]
     assert forced.choose(16) == 3 and forced.choose(1) == 3
+    POLICY_VARIANTS["refresh_32"](forced)  # type: ignore[misc]
+    assert forced.refresh_every == 32
     with pytest.raises(SystemExit, match="unknown variants \\['nope'\\]"):
         ab_policy(None, [], [], 1, ["as_is", "nope"])

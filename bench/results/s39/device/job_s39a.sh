@@ -7,5 +7,5 @@
 source "$(dirname "$0")/setup.sh"
 (timeout 100 python3 -m bench.p5_pairs --model-dir $T --prompts 8 --pairs 1 --batch-sizes 8 --adaptive --out /tmp/warm.json 2>&1 | grep -v Warning | tail -1 | cut -c1-200)
 for B in ${BS:-16}; do
-  timeout ${TMO:-400} python3 -m bench.p5_pairs --model-dir $T --prompts 64 --spread 0.5 --pairs ${PAIRS:-4} --batch-sizes $B --adaptive --ab-policy as_is,forced_max,no_job_end,fixed --out $OUT/variants_b$B.json 2>&1 | grep -v Warning | tail -1 | cut -c1-500
+  timeout ${TMO:-400} python3 -m bench.p5_pairs --model-dir $T --prompts 64 --spread 0.5 --pairs ${PAIRS:-4} --batch-sizes $B --adaptive --ab-policy ${VARIANTS:-as_is,forced_max,no_job_end,fixed} --out $OUT/variants_b$B.json 2>&1 | grep -v Warning | tail -1 | cut -c1-500
 done
