@@ -153,6 +153,7 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     # (observe, the join's `settled_plain`): against "fixed", what that work costs; against
     # "as_is", what the policy's choices cost.
     "forced_max": lambda p: setattr(p, "forced", p.max_depth),
+    "no_hold": lambda p: setattr(p, "hold_depth", False),  # as before stop 39
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),

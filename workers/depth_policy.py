@@ -132,6 +132,14 @@ class DepthPolicy(RoundLog, BucketProbe):
     # what finished rows spread. Asked only then: a view costs O(B + W) rows' reads.
     job_view: Callable[[], DrainingRows | None] | None = None
     drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
+    # Where a change of depth rebuilds the round's graph (MLX CUDA): a depth drafted at already
+    # is kept while predicted no slower than plain (`min_gain` and the error margin guard the
+    # start of drafting only), and other depths are explored from it only where that could
+    # change the choice (`_could_change`); see `_current` for what a switch costs there.
+    # Elsewhere (the CPU) drafting must keep clearing the margin (a 2-core CPU's medians put
+    # depths that break even 8% ahead: held there by one lucky choice they would lose), and
+    # every depth is explored (the fit that prices sizes rarely seen needs their cells).
+    hold_depth: bool = False
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
     forced: int | None = None
     _rows: deque = field(default_factory=deque)  # (B, k, seconds)
@@ -215,23 +223,57 @@ class DepthPolicy(RoundLog, BucketProbe):
             k = block % (self.max_depth + 1)
             if k in self.depths():
                 if self._explore_block[0] != block:  # the run's first round: may it run?
-                    self._explore_block = (block, self._may_explore(batch_size, k, run))
+                    could = self._could_change(batch_size, k)
+                    self._explore_block = (block, could and self._may_explore(batch_size, k, run))
                 if self._explore_block[1]:
                     return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
+        current = self._current(batch_size)
         drain = self.job_view() if self.job_view is not None else None
         if drain is not None and len(drain.remaining) == batch_size:
-            best = self._drain_choice(drain, switching_from=depth)
+            best = self._drain_choice(drain, switching_from=current)
         else:
             costs = self.round_costs(batch_size)
-            rates = self._rates(batch_size, switching_from=depth, costs=costs)
+            rates = self._rates(batch_size, switching_from=current, costs=costs)
             best = max(self.depths(), key=lambda j: rates[j])
             if rates[best] < (1 + self._margin(batch_size, best, costs=costs)) * rates[0]:
-                best = 0  # drafting must pay by a clear margin: on a thin one, plain never loses
+                # Drafting must pay by a clear margin to start: on a thin one, plain never
+                # loses. A depth drafted at already is kept while predicted no slower than
+                # plain: each switch costs (see `_current`).
+                held = current if self.hold_depth else 0
+                best = held if held > 0 and rates[held] >= rates[0] else 0
         self._chosen[batch_size] = (self._rounds, best)
         return best
+
+    def _current(self, batch_size: int) -> int:
+        """The depth the policy holds: its last choice for this batch size, else its latest
+        choice at any size (a draining batch meets a new size at every finish), else 0.
+        Leaving it costs two switches, and on MLX CUDA more than the policy measures: the
+        rounds next to a switch (the head's catch-up, a graph rebuild) read 18-25 ms against
+        2-4 ms (H200, trained hybrid, B=16) and are set aside as spikes. Each plain exploration
+        and each choice of plain at a thin predicted gain cost so: as is, 0.96x plain against
+        1.19x at fixed depth 3 (bench/results/s39)."""
+        if batch_size in self._chosen:
+            return int(self._chosen[batch_size][1])
+        if not self._chosen:
+            return 0
+        return int(max(self._chosen.values())[1])
+
+    def _could_change(self, batch_size: int, k: int) -> bool:
+        """Whether exploring depth k could change the choice (`hold_depth`; else always):
+        always from plain (drafts not made teach no acceptance); from a drafting depth, only
+        where k's predicted rate is
+        within twice the margin drafting needs of the held depth's. Beyond it, neither the
+        medians' error nor their drift would make k the choice."""
+        held = self._current(batch_size)
+        if not self.hold_depth or held == 0 or k == held:
+            return True
+        costs = self.round_costs(batch_size)
+        rates = self._rates(batch_size, costs=costs)
+        reach = 1 + 2 * self._margin(batch_size, held, costs=costs)
+        return bool(rates[k] * reach >= rates[held])
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
         """The depth that finishes the job's rows soonest (workers/drain.py `job_depth`)."""
@@ -253,6 +295,7 @@ class DepthPolicy(RoundLog, BucketProbe):
             once=np.array([self._once(B, k, switching_from) for k in ks]),
             margin=margin,
             depths=depths,
+            current=switching_from if self.hold_depth else 0,
         )
         return job_depth(drain, job)
 

@@ -63,6 +63,7 @@ def attach_drafter(
         # larger batch's warm-up cells (short contexts) would cap live ones (the demo's batch
         # job read 0.80 and 0.94 with the cap against 1.08 and 0.99 without, s35)
         cap_by_larger=backend.builds_per_shape,
+        hold_depth=backend.builds_per_shape,
     )
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:

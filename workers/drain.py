@@ -153,6 +153,7 @@ class JobCosts(NamedTuple):
     once: np.ndarray  # [D + 1] seconds taking depth k costs once (a build, switches)
     margin: np.ndarray  # [D + 1] the gain over depth 0 that drafting at depth k must clear
     depths: list[int]  # the depths to choose from
+    current: int = 0  # the depth held now: kept while no slower than plain (`job_depth`)
 
 
 def row_scales(drain: DrainingRows, job: JobCosts) -> tuple[np.ndarray, np.ndarray]:
@@ -180,9 +181,11 @@ def job_seconds_by_depth(drain: DrainingRows, job: JobCosts) -> dict[int, float]
 
 def job_depth(drain: DrainingRows, job: JobCosts) -> int:
     """The depth that finishes the job's rows soonest (`job_seconds_by_depth`); drafting must
-    still clear its margin."""
+    still clear its margin to start, and a depth held already (`job.current`) is kept while
+    predicted no slower than plain (switching costs: workers/depth_policy.py `_current`)."""
     seconds = job_seconds_by_depth(drain, job)
     best = min(seconds, key=lambda j: seconds[j])
     if seconds[best] * (1 + job.margin[best]) > seconds[0]:
-        return 0
+        held = job.current
+        return held if held > 0 and held in seconds and seconds[held] <= seconds[0] else 0
     return best

@@ -173,8 +173,9 @@ def test_policy_variants_set_what_they_name():
     assert len(policy.job_view().waiting) == 2  # 2 waiting, 2 free: the drain
     assert policy.job_view() is None
     for name, setting in (("no_job_end", "job_view"), ("margin_min", "error_sigmas"),
-                          ("no_cap", "cap_by_larger"), ("no_explore", "explore_every")):  # fmt: skip
-        p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True)
+                          ("no_cap", "cap_by_larger"), ("no_explore", "explore_every"),
+                          ("no_hold", "hold_depth")):  # fmt: skip
+        p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True, hold_depth=True)
         POLICY_VARIANTS[name](p)  # type: ignore[misc]
         assert not getattr(p, setting), name
     forced = DepthPolicy(max_depth=3)

@@ -164,3 +164,51 @@ def test_shapes_built_before_traffic_set_no_build_cost():
         for _ in range(2):  # built already: no build, two ordinary rounds
             policy.observe(np.zeros(b, dtype=int), np.zeros(b, dtype=int), 0.003)
     assert policy.build_cost() == pytest.approx(0.038, abs=0.002)  # still what builds cost
+
+
+def _phases(
+    hold: bool, accepts: list[float], rounds: int = 1000, explore: int = 16
+) -> list[list[int]]:
+    """Depths chosen at B=8 over phases of `rounds` rounds each (acceptance evidence decays by
+    0.995 a round: 1000 rounds forget a phase), every row accepting each draft position with
+    the phase's probability; plain rounds cost 10 ms and depth-4 rounds 20 ms. As on MLX
+    CUDA: plain and depth 4 only, held for runs of 4 rounds."""
+    rng = np.random.default_rng(7)
+    policy = DepthPolicy(max_depth=4, extremes_only=True, hold_depth=hold, explore_every=explore,
+                         run=4)  # fmt: skip
+    picks: list[list[int]] = []
+    for p in accepts:
+        picks.append([])
+        for _ in range(rounds):
+            k = policy.choose(8)
+            hits = rng.random((8, k)) < p
+            accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(8, dtype=int)
+            policy.observe(np.full(8, k), accepted, 0.020 if k else 0.010)
+            picks[-1].append(k)
+    return picks
+
+
+def test_a_held_depth_is_kept_while_no_slower_than_plain_and_left_when_it_loses():
+    """Where a switch rebuilds graphs (`hold_depth`, MLX CUDA) the margin guards the start of
+    drafting only. Acceptance 0.9 (depth 4: 2.05x plain) starts drafting; at 0.55 (1.05x, under
+    min_gain) the held depth is kept, where the policy without hold_depth decodes plainly and
+    switches; at 0.4 (0.82x) both decode plainly: holding never keeps a depth that loses."""
+    held = _phases(True, [0.9, 0.55, 0.4], explore=0)
+    free = _phases(False, [0.9, 0.55, 0.4], explore=0)
+    assert held[0][-100:] == [4] * 100 and free[0][-100:] == [4] * 100
+    assert held[1][-100:] == [4] * 100, held[1]
+    assert free[1][-100:] == [0] * 100, free[1]
+    assert held[2][-100:] == [0] * 100 and free[2][-100:] == [0] * 100, held[2]
+
+
+def test_a_held_depth_explores_plain_only_where_that_could_change_the_choice():
+    """Exploring plain from a depth that pays 2x costs two switches (on the H200 the rounds
+    next to one read 18-25 ms against 2-4 ms) and cannot change the choice: with `hold_depth`
+    none is run; without it, runs of 4 as the exploration budget allows. From plain,
+    drafting is still explored (plain rounds teach no acceptance)."""
+    held = _phases(True, [0.9])[0]
+    free = _phases(False, [0.9])[0]
+    assert held[100:].count(0) == 0, held
+    assert free[100:].count(0) >= 8, free  # runs of 4, as the exploration budget allows
+    from_plain = _phases(True, [0.4])[0]  # plain chosen: drafting explored
+    assert from_plain[100:].count(4) >= 8, from_plain

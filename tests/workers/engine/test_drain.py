@@ -360,5 +360,9 @@ def test_job_depth_drafts_for_fast_rows_and_stops_when_a_slow_row_sets_the_end()
     assert job_depth(slow, _two_row_job()) == 0
     # What taking depth 3 costs once (20 s: 36.6 in all) leaves depth 2 (17.7 s) the best.
     assert job_depth(fast, _two_row_job(once=(0.0, 0.0, 0.0, 20.0))) == 2
-    # A gain (30 / 16.6 = 1.8x) under the margin asked of drafting (100%) is not taken.
+    # A gain (30 / 16.6 = 1.8x) under the margin asked of drafting (100%) is not taken...
     assert job_depth(fast, _two_row_job(margin=1.0)) == 0
+    # ... unless depth 3 is held already: kept while no slower than plain (hold_depth)...
+    assert job_depth(fast, _two_row_job(margin=1.0)._replace(current=3)) == 3
+    # ... and left where plain finishes first (the slow row: 50.6 s against 30).
+    assert job_depth(slow, _two_row_job(margin=1.0)._replace(current=3)) == 0
