@@ -230,7 +230,9 @@ class DepthPolicy(RoundLog, BucketProbe):
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
             return depth
-        current = self._current(batch_size)
+        # The depth held (`_current`) where holding is on; elsewhere this size's last choice,
+        # as before stop 39 (the CPU's choices unchanged).
+        current = self._current(batch_size) if self.hold_depth else depth
         drain = self.job_view() if self.job_view is not None else None
         if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=current)
