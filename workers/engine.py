@@ -226,7 +226,7 @@ class Engine(Membership):
                 self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         free = max(0, self.config.max_batch_size - len(self.rows))
         self.join_wait.observe(
-            time.perf_counter() - t0, stats.time_prefill_s, stats.num_prefill_tokens > 0,
+            time.perf_counter() - t0, stats.time_prefill_s, stats.num_prefill_tokens,
             stats.batch_size, min(free, len(self.waiting)),
         )  # fmt: skip
         if stats.batch_size or stats.num_prefill_tokens:

@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from workers.round_costs import median
+import numpy as np
+
+from workers.round_costs import fit_linear, median
 
 MIN_STEPS = 4  # steps of each kind before the overhead is trusted (until then: join at once)
 
@@ -29,15 +31,26 @@ MIN_STEPS = 4  # steps of each kind before the overhead is trusted (until then: 
 class JoinWait:
     enabled: bool = False
     window: int = 32  # recent steps of each kind kept
-    _join: deque = field(default_factory=deque)  # join steps' seconds beyond their prefill
-    _decode: deque = field(default_factory=deque)  # (seconds, rows) of steps without a join
+    _join: deque = field(default_factory=deque)  # (prompt tokens joined, seconds) of join steps
+    _decode: deque = field(default_factory=deque)  # seconds of steps without a prefill
     _idle: float = 0.0  # seconds of tokens the free slots have lost since the last join
 
     def overhead(self) -> float:
-        """Seconds a join step costs beyond its prefill and a decode step (0 until measured)."""
+        """Seconds a join step costs beyond a decode step whatever it prefills: the intercept
+        of join steps' seconds over their prompt tokens, less a decode step's median (0 until
+        measured). A GPU prefills a few rows in about the time of one (H200: 16 rows' 9 ms
+        join steps in plain decoding, MTP's 15 ms for one or two); a CPU's prefill is compute
+        bound, its cost proportional to the tokens: no fixed part, no wait."""
         if len(self._join) < MIN_STEPS or len(self._decode) < MIN_STEPS:
             return 0.0
-        return max(0.0, median(self._join) - median([t for t, _ in self._decode]))
+        tokens = np.array([n for n, _ in self._join], dtype=np.float64)
+        seconds = np.array([t for _, t in self._join])
+        if np.ptp(tokens) == 0:
+            fixed = float(np.median(seconds))  # one size only: no slope to tell apart
+        else:
+            features = np.stack([np.ones_like(tokens), tokens], axis=1)
+            fixed = float(fit_linear(features, seconds)[0])
+        return max(0.0, fixed - median(self._decode))
 
     def may_join(self, running: int, free: int) -> bool:
         """Whether rows may join now: always with nothing running or waiting disabled; else
@@ -46,16 +59,16 @@ class JoinWait:
             return True
         return self._idle >= self.overhead()
 
-    def observe(
-        self, step_s: float, prefill_s: float, joined: bool, rows: int, idle_slots: int
-    ) -> None:
-        """One engine step: its seconds, its prefill's, whether rows joined in it, the rows it
-        decoded, and the slots left free while rows waited (each lost a row's share)."""
-        if joined:
-            self._join.append(max(0.0, step_s - prefill_s))
+    def observe(self, step_s: float, prefill_s: float, tokens_joined: int, rows: int,
+                idle_slots: int) -> None:  # fmt: skip
+        """One engine step: its seconds, its prefill's, the prompt tokens of rows that joined
+        in it, the rows it decoded, and the slots left free while rows waited (each lost a
+        row's share of the step's tokens)."""
+        if tokens_joined:
+            self._join.append((tokens_joined, step_s))
             self._idle = 0.0
-        elif prefill_s == 0.0 and rows > 0:
-            self._decode.append((step_s, rows))
+        elif prefill_s == 0.0 and rows > 0:  # (a chunk of a long prompt: neither)
+            self._decode.append(step_s)
             if idle_slots > 0:
                 self._idle += idle_slots * step_s / rows
         for kept in (self._join, self._decode):

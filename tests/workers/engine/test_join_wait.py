@@ -13,32 +13,34 @@ from workers.drafters.mtp import MTPDrafter
 from workers.join_wait import MIN_STEPS, JoinWait
 
 
-def test_rows_join_once_the_idle_slots_have_lost_one_joins_overhead():
-    """Join steps cost 5 ms beyond their prefill and a 2 ms decode step: 3 ms of overhead. A
-    free slot of 4 rows loses a quarter of a 2 ms step a step, so a lone free slot waits
-    6 steps and two free slots 3; off, with nothing running, or before the overhead is
-    measured, rows join at once."""
+def test_rows_join_once_the_idle_slots_have_lost_one_joins_fixed_overhead():
+    """Join steps cost 5 ms plus 10 us a prompt token against a 2 ms decode step: 3 ms of
+    fixed overhead. A free slot of 4 rows loses a quarter of a 2 ms step a step, so a lone free
+    slot waits 6 steps and two free slots 3; off, with nothing running, or before the overhead
+    is measured, rows join at once. Where a join costs only its tokens (a CPU), none wait."""
     wait = JoinWait(enabled=True)
     assert wait.may_join(running=4, free=1)  # nothing measured: at once
-    for _ in range(MIN_STEPS):
-        wait.observe(0.002, 0.0, joined=False, rows=4, idle_slots=0)
-        wait.observe(0.009, 0.004, joined=True, rows=4, idle_slots=0)
+    for i in range(MIN_STEPS):
+        wait.observe(0.002, 0.0, 0, rows=4, idle_slots=0)
+        tokens = 100 * (i + 1)
+        wait.observe(0.005 + 1e-5 * tokens, 0.004, tokens, rows=4, idle_slots=0)
     assert wait.overhead() == pytest.approx(0.003)
     for slots, steps in ((1, 6), (2, 3)):
         waited = 0
         while not wait.may_join(running=4, free=slots):
-            wait.observe(0.002, 0.0, joined=False, rows=4, idle_slots=slots)
+            wait.observe(0.002, 0.0, 0, rows=4, idle_slots=slots)
             waited += 1
         assert waited == steps, (slots, waited)
-        wait.observe(0.009, 0.004, joined=True, rows=4, idle_slots=0)  # the join resets it
+        wait.observe(0.006, 0.004, 100, rows=4, idle_slots=0)  # the join resets it
         assert not wait.may_join(running=4, free=slots)
     assert wait.may_join(running=0, free=4)  # an empty batch never waits
     assert JoinWait(enabled=False, _idle=-1.0).may_join(running=4, free=1)
-    cpu = JoinWait(enabled=True)  # a join costs its prefill and a step: no overhead
-    for _ in range(MIN_STEPS):
-        cpu.observe(0.010, 0.0, joined=False, rows=4, idle_slots=0)
-        cpu.observe(0.030, 0.020, joined=True, rows=4, idle_slots=0)
-    assert cpu.overhead() == 0.0 and cpu.may_join(running=4, free=1)
+    cpu = JoinWait(enabled=True)  # a decode step plus 20 us a prompt token: no fixed part
+    for i in range(MIN_STEPS):
+        cpu.observe(0.010, 0.0, 0, rows=4, idle_slots=0)
+        tokens = 100 * (i + 1)
+        cpu.observe(0.010 + 2e-5 * tokens, 2e-5 * tokens, tokens, rows=4, idle_slots=0)
+    assert cpu.overhead() == pytest.approx(0.0, abs=1e-9) and cpu.may_join(running=4, free=1)
 
 
 @pytest.mark.parametrize("drafter", [None, "mtp"])
