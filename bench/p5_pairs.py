@@ -159,12 +159,6 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),
     "fixed": None,
 }
-# Engine variants `--ab-policy` can also run: (MTP adaptive or plain, a setting on the engine).
-ENGINE_VARIANTS: dict[str, tuple[bool, Callable[[Engine], None]]] = {
-    # rows join once idle slots have lost one join's overhead (workers/join_wait.py)
-    "join_wait": (True, lambda e: setattr(e.join_wait, "enabled", True)),
-    "plain_join_wait": (False, lambda e: setattr(e.join_wait, "enabled", True)),
-}
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
@@ -172,18 +166,12 @@ def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
     variant's MTP pass; one engine per variant keeps its policy's state, all in one process
     (every shape built once for all of them in the warm passes). Each variant's figure is
     the median of its passes' ratios to the plain pass just before."""
-    known = [*POLICY_VARIANTS, *ENGINE_VARIANTS]
-    unknown = sorted(set(names) - set(known))
+    unknown = sorted(set(names) - set(POLICY_VARIANTS))
     if unknown:
-        raise SystemExit(f"--ab-policy: unknown variants {unknown}; known: {known}")
+        raise SystemExit(f"--ab-policy: unknown variants {unknown}; known: {list(POLICY_VARIANTS)}")
     plain = make(False)
     engines = {}
     for name in names:
-        if name in ENGINE_VARIANTS:
-            mtp, on_engine = ENGINE_VARIANTS[name]
-            engines[name] = make(mtp, adaptive=mtp)
-            on_engine(engines[name])
-            continue
         setting = POLICY_VARIANTS[name]
         engines[name] = make(True, adaptive=setting is not None)
         if setting is not None:

@@ -37,10 +37,6 @@ class EngineConfig:
     # greedy without penalties and the drafter is device-resident (MTP head) or absent;
     # other batches run one round at a time. Tokens are identical either way.
     pipeline: bool = True
-    # Rows waiting for a slot join once the slots left free have lost what a join step costs
-    # beyond its prefill (workers/join_wait.py), not at every finish: one join then serves
-    # several. Off: every free slot is refilled at the next step.
-    join_wait: bool = False
     # Quantize the target's KV cache per slot (workers/kv_quant.py): None (the model's dtype),
     # 8 or 4 bits, in groups of kv_group_size numbers of one head (must divide the head dim).
     kv_bits: int | None = None

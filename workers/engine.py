@@ -33,7 +33,6 @@ from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, Proposal
 from workers.drafting import attach_drafter, propose_round
 from workers.forward import forward_window, forward_window_hidden
-from workers.join_wait import JoinWait
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
@@ -121,7 +120,6 @@ class Engine(Membership):
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self._quiet_steps = 0  # steps since a request last arrived
-        self.join_wait = JoinWait(enabled=self.config.join_wait)
         self.rows: list[Row] = []
         self.waiting: deque[Row] = deque()
         self._inbox: deque[tuple[str, object]] = deque()
@@ -224,11 +222,6 @@ class Engine(Membership):
                 proposal, verdict = round_
                 step_s = time.perf_counter() - t0 - stats.time_prefill_s
                 self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
-        free = max(0, self.config.max_batch_size - len(self.rows))
-        self.join_wait.observe(
-            time.perf_counter() - t0, stats.time_prefill_s, stats.num_prefill_tokens,
-            stats.batch_size, min(free, len(self.waiting)),
-        )  # fmt: skip
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
         return events

@@ -17,7 +17,6 @@ from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter
 from workers.drafting import joining_tail
 from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
-from workers.join_wait import JoinWait
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
@@ -43,7 +42,6 @@ class Membership:
     _post_norm: bool
     _prefill: Prefill | None
     _quiet_steps: int
-    join_wait: JoinWait
     rows: list[Row]
     waiting: deque[Row]
     _inbox: deque[tuple[str, object]]
@@ -112,9 +110,6 @@ class Membership:
         if self._prefill is None:
             if len(self.rows) >= self.config.max_batch_size:
                 return  # a full batch: the queue waits (served traffic's steady state)
-            free = self.config.max_batch_size - len(self.rows)
-            if not self.join_wait.may_join(len(self.rows), free):
-                return  # one join for several finishes (workers/join_wait.py)
             joining = pick_joining(
                 self.waiting, self.rows, self._reserve, self.kv_budget,
                 self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
