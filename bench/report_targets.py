@@ -123,6 +123,12 @@ def targets_section() -> list[str]:
     # s38: adaptive (as is) and fixed depth 3 in one process, each pass after a plain pass
     # (bench.p5_pairs --ab-policy; B = 8 / 16, the newer of the two runs at each)
     p5_s38 = [_policy("s38/device/variants_c_b{}.json", ["8", "16"], k) for k in ("as_is", "fixed")]
+    # s39: adaptive holding a drafted depth (hold_depth) and fixed depth 3, in one process
+    # (B = 8 / 16): served traffic, then the closed batch
+    p5_s39 = [
+        _policy(f"s39/device/{run}_b{{}}.json", ["8", "16"], k)
+        for run in ("variants_c", "closed") for k in ("as_is", "fixed")
+    ]  # fmt: skip
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
          for k in ("plain_tokens_per_s", "mtp_tokens_per_s")]
@@ -183,8 +189,10 @@ def targets_section() -> list[str]:
          f"{', '.join(f'{x:.2f}' for x in p5_s37[1][:2])} / {_fmt(p5_s37[1][2:])} (two runs at 8), "
          f"with a capped cost's margin from its capping cell {_fmt(p5_s37[2])}; adaptive "
          f"and depth 3 in one process, each after a plain pass (s38, B=8 / 16): adaptive "
-         f"{_fmt(p5_s38[0])}, depth 3 {_fmt(p5_s38[1])}",
-         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1], 1.5)),
+         f"{_fmt(p5_s38[0])}, depth 3 {_fmt(p5_s38[1])}; adaptive holding a drafted depth "
+         f"(s39, B=8 / 16): served {_fmt(p5_s39[0])}, depth 3 {_fmt(p5_s39[1])}; closed batch "
+         f"{_fmt(p5_s39[2])}, depth 3 {_fmt(p5_s39[3])}",
+         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []), 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
@@ -192,7 +200,7 @@ def targets_section() -> list[str]:
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
         "bf16; GPU rows as the engine now runs, its launcher thread at 8 rows or more, "
         "bench/results/s32/README.md). Why the missed ones are missed: "
-        "bench/results/s29/README.md, s30/ to s38/README.md and the stop notes.",
+        "bench/results/s29/README.md, s30/ to s39/README.md and the stop notes.",
         "",
         "| # | target | measured | status |",
         "|---|---|---|---|",
