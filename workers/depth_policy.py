@@ -132,13 +132,18 @@ class DepthPolicy(RoundLog, BucketProbe):
     # what finished rows spread. Asked only then: a view costs O(B + W) rows' reads.
     job_view: Callable[[], DrainingRows | None] | None = None
     drain_prior: float = 24.0  # eight depth-3 rounds: two unlucky ones do not stop drafting
-    # Where a change of depth rebuilds the round's graph (MLX CUDA): a depth drafted at already
-    # is kept while predicted no slower than plain (`min_gain` and the error margin guard the
-    # start of drafting only), and other depths are explored from it only where that could
-    # change the choice (`_could_change`); see `_current` for what a switch costs there.
-    # Elsewhere (the CPU) drafting must keep clearing the margin (a 2-core CPU's medians put
-    # depths that break even 8% ahead: held there by one lucky choice they would lose), and
-    # every depth is explored (the fit that prices sizes rarely seen needs their cells).
+    # Where a change of depth rebuilds the round's graph (MLX CUDA): a drafting depth held
+    # (`_held`) is kept while its predicted rate is no lower than plain's (`min_gain` and the
+    # error margin guard the start of drafting only), and other depths are explored from it
+    # only where that could change the choice (`_could_change`). There, rounds next to a switch
+    # read 18-25 ms against 2-4 ms (the head's catch-up, a graph rebuild: H200, trained hybrid,
+    # B=16) and are set aside as spikes, so the switches the policy charges stay ~1 ms; each
+    # plain exploration and each choice of plain at a thin predicted gain cost far more. On
+    # served traffic at B=16 the policy read 0.96-1.01x plain without this and 1.18x with it,
+    # fixed depth 3 1.19-1.24x (B=8: 1.22 and 1.32, fixed 1.30; bench/results/s39). Elsewhere
+    # (the CPU) drafting must keep clearing the margin (a 2-core CPU's medians put depths that
+    # break even 8% ahead: held there by one lucky choice they would lose), and every depth is
+    # explored (the fit that prices sizes rarely seen needs their cells).
     hold_depth: bool = False
     # The depth every round takes while set (a warm-up measuring each depth: workers/warm_up.py).
     forced: int | None = None
@@ -146,6 +151,7 @@ class DepthPolicy(RoundLog, BucketProbe):
     _seen: set = field(default_factory=set)  # (B, k) shapes whose first round was dropped
     _built_live: set = field(default_factory=set)  # ... dropped here, as a round (a build)
     _chosen: dict = field(default_factory=dict)  # B -> (round chosen at, depth)
+    _held: int = 0  # the depth the last choice made or kept (explorations and probes aside)
     _tried: np.ndarray = field(init=False)  # [max_depth] decayed rows that reached position j
     _hit: np.ndarray = field(init=False)  # [max_depth] decayed rows accepted at position j
     _rounds: int = 0
@@ -229,10 +235,12 @@ class DepthPolicy(RoundLog, BucketProbe):
                     return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
         if self._rounds - at < self.refresh_every:
+            self._held = depth
             return depth
-        # The depth held (`_current`) where holding is on; elsewhere this size's last choice,
-        # as before stop 39 (the CPU's choices unchanged).
-        current = self._current(batch_size) if self.hold_depth else depth
+        # Where holding is on, the engine's depth is the one held, whichever batch size chose
+        # it (a switch's cost is the depth's, not the size's); elsewhere, as before stop 39,
+        # this size's last choice (the CPU's choices unchanged).
+        current = self._held if self.hold_depth else depth
         drain = self.job_view() if self.job_view is not None else None
         if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=current)
@@ -242,39 +250,29 @@ class DepthPolicy(RoundLog, BucketProbe):
             best = max(self.depths(), key=lambda j: rates[j])
             if rates[best] < (1 + self._margin(batch_size, best, costs=costs)) * rates[0]:
                 # Drafting must pay by a clear margin to start: on a thin one, plain never
-                # loses. A depth drafted at already is kept while predicted no slower than
-                # plain: each switch costs (see `_current`).
-                held = current if self.hold_depth else 0
-                best = held if held > 0 and rates[held] >= rates[0] else 0
+                # loses. With `hold_depth` a depth held is kept while its rate, uncharged for
+                # switches (else each choice would charge plain the same switch again, and a
+                # depth slower round after round could stay), is no lower than plain's.
+                best = 0
+                if self.hold_depth and current > 0:
+                    uncharged = self._rates(batch_size, costs=costs)
+                    best = current if uncharged[current] >= uncharged[0] else 0
         self._chosen[batch_size] = (self._rounds, best)
+        self._held = best
         return best
 
-    def _current(self, batch_size: int) -> int:
-        """The depth the policy holds: its last choice for this batch size, else its latest
-        choice at any size (a draining batch meets a new size at every finish), else 0.
-        Leaving it costs two switches, and on MLX CUDA more than the policy measures: the
-        rounds next to a switch (the head's catch-up, a graph rebuild) read 18-25 ms against
-        2-4 ms (H200, trained hybrid, B=16) and are set aside as spikes. Each plain exploration
-        and each choice of plain at a thin predicted gain cost so: as is, 0.96x plain against
-        1.19x at fixed depth 3 (bench/results/s39)."""
-        if batch_size in self._chosen:
-            return int(self._chosen[batch_size][1])
-        if not self._chosen:
-            return 0
-        return int(max(self._chosen.values())[1])
-
     def _could_change(self, batch_size: int, k: int) -> bool:
-        """Whether exploring depth k could change the choice (`hold_depth`; else always):
-        always from plain (drafts not made teach no acceptance); from a drafting depth, only
-        where k's predicted rate is
-        within twice the margin drafting needs of the held depth's. Beyond it, neither the
-        medians' error nor their drift would make k the choice."""
-        held = self._current(batch_size)
-        if not self.hold_depth or held == 0 or k == held:
+        """Whether exploring depth k could change the choice (with `hold_depth`; else always
+        explored): from plain, or toward a deeper depth, always (drafts not made teach no
+        acceptance); from a drafting depth toward a shallower one, only where k's predicted
+        rate is within twice the margin drafting needs of the held depth's."""
+        held = self._held
+        if not self.hold_depth or held == 0 or k >= held:
             return True
         costs = self.round_costs(batch_size)
+        cells = self._cells() if self.cap_by_larger else {}
         rates = self._rates(batch_size, costs=costs)
-        reach = 1 + 2 * self._margin(batch_size, held, costs=costs)
+        reach = 1 + 2 * self._margin(batch_size, held, costs=costs, cells=cells)
         return bool(rates[k] * reach >= rates[held])
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:
@@ -327,6 +325,7 @@ class DepthPolicy(RoundLog, BucketProbe):
         self._drafted = self._accepted = 0.0
         self._probed |= {int(b).bit_length() for b in sizes}
         self._chosen.clear()
+        self._held = 0
         self._switch.clear()  # interleaved rounds, each a switch: live switches measure it
         self._time_total = self._explore_loss = 0.0
         self._last_k = -1

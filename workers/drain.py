@@ -182,7 +182,8 @@ def job_seconds_by_depth(drain: DrainingRows, job: JobCosts) -> dict[int, float]
 def job_depth(drain: DrainingRows, job: JobCosts) -> int:
     """The depth that finishes the job's rows soonest (`job_seconds_by_depth`); drafting must
     still clear its margin to start, and a depth held already (`job.current`) is kept while
-    predicted no slower than plain (switching costs: workers/depth_policy.py `_current`)."""
+    predicted no slower than plain (its switches charged: the job's end is the horizon they
+    are paid over; workers/depth_policy.py `hold_depth`)."""
     seconds = job_seconds_by_depth(drain, job)
     best = min(seconds, key=lambda j: seconds[j])
     if seconds[best] * (1 + job.margin[best]) > seconds[0]:

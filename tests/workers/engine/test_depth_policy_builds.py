@@ -167,23 +167,28 @@ def test_shapes_built_before_traffic_set_no_build_cost():
 
 
 def _phases(
-    hold: bool, accepts: list[float], rounds: int = 1000, explore: int = 16
+    hold: bool,
+    accepts: list[float],
+    rounds: int = 1000,
+    explore: int = 16,
+    sizes: list[int] | None = None,
 ) -> list[list[int]]:
-    """Depths chosen at B=8 over phases of `rounds` rounds each (acceptance evidence decays by
-    0.995 a round: 1000 rounds forget a phase), every row accepting each draft position with
-    the phase's probability; plain rounds cost 10 ms and depth-4 rounds 20 ms. As on MLX
-    CUDA: plain and depth 4 only, held for runs of 4 rounds."""
+    """Depths chosen over phases of `rounds` rounds each (acceptance evidence decays by 0.995 a
+    round: 1000 rounds forget a phase), at the phase's batch size (`sizes`, else 8), every row
+    accepting each draft position with the phase's probability; plain rounds cost 10 ms and
+    depth-4 rounds 20 ms at any size. As on MLX CUDA: plain and depth 4 only, held for runs
+    of 4 rounds."""
     rng = np.random.default_rng(7)
     policy = DepthPolicy(max_depth=4, extremes_only=True, hold_depth=hold, explore_every=explore,
                          run=4)  # fmt: skip
     picks: list[list[int]] = []
-    for p in accepts:
+    for p, B in zip(accepts, sizes or [8] * len(accepts), strict=True):
         picks.append([])
         for _ in range(rounds):
-            k = policy.choose(8)
-            hits = rng.random((8, k)) < p
-            accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(8, dtype=int)
-            policy.observe(np.full(8, k), accepted, 0.020 if k else 0.010)
+            k = policy.choose(B)
+            hits = rng.random((B, k)) < p
+            accepted = np.cumprod(hits, axis=1).sum(1) if k else np.zeros(B, dtype=int)
+            policy.observe(np.full(B, k), accepted, 0.020 if k else 0.010)
             picks[-1].append(k)
     return picks
 
@@ -212,3 +217,13 @@ def test_a_held_depth_explores_plain_only_where_that_could_change_the_choice():
     assert free[100:].count(0) >= 8, free  # runs of 4, as the exploration budget allows
     from_plain = _phases(True, [0.4])[0]  # plain chosen: drafting explored
     assert from_plain[100:].count(4) >= 8, from_plain
+
+
+def test_the_depth_held_is_the_engines_whichever_batch_size_chose_it():
+    """A batch size's own last choice can be stale: 7 rows chose plain (acceptance 0.4), then 8
+    rows drafted for 1000 rounds (0.9). When the batch is 7 rows again at a thin gain (0.55,
+    1.05x), the depth the engine holds is depth 4, kept; read from 7 rows' stale plain choice,
+    drafting would have to clear the margin again and the batch would decode plainly."""
+    held = _phases(True, [0.4, 0.9, 0.55], explore=0, sizes=[7, 8, 7])
+    assert held[0][-100:] == [0] * 100 and held[1][-100:] == [4] * 100
+    assert held[2][:100] == [4] * 100 and held[2][-100:] == [4] * 100, held[2]
