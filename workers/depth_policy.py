@@ -140,7 +140,8 @@ class DepthPolicy(RoundLog, BucketProbe):
     # B=16) and are set aside as spikes, so the switches the policy charges stay ~1 ms; each
     # plain exploration and each choice of plain at a thin predicted gain cost far more. On
     # served traffic at B=16 the policy read 0.96-1.01x plain without this and 1.18x with it,
-    # fixed depth 3 1.19-1.24x (B=8: 1.22 and 1.32, fixed 1.30; bench/results/s39). Elsewhere
+    # fixed depth 3 1.19-1.24x (B=8: 1.22 and 1.32, fixed 1.30; bench/results/s39, tree
+    # 47a4f2c; one later machine start read 1.03 at B=16, pairs 0.95-1.14). Elsewhere
     # (the CPU) drafting must keep clearing the margin (a 2-core CPU's medians put depths that
     # break even 8% ahead: held there by one lucky choice they would lose), and every depth is
     # explored (the fit that prices sizes rarely seen needs their cells).
@@ -234,7 +235,9 @@ class DepthPolicy(RoundLog, BucketProbe):
                 if self._explore_block[1]:
                     return k
         at, depth = self._chosen.get(batch_size, (-self.refresh_every, 0))
-        if self._rounds - at < self.refresh_every:
+        # A size's recent choice is reused; with `hold_depth` only if it is the depth held (15
+        # rows chose plain, 16 then chose depth 3: 15 rows again choose afresh, not switch).
+        if self._rounds - at < self.refresh_every and (not self.hold_depth or depth == self._held):
             self._held = depth
             return depth
         # Where holding is on, the engine's depth is the one held, whichever batch size chose

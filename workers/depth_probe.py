@@ -24,6 +24,8 @@ class BucketProbe:
     _worst: dict  # (B, k) -> slowest round seen
     _seen: set  # (B, k) shapes whose first round was dropped
     _chosen: dict  # B -> (round chosen at, depth)
+    hold_depth: bool
+    _held: int  # the depth the last choice made or kept
     _tried: np.ndarray  # [max_depth] decayed rows that reached position j
     _time_total: float
     # Kept here
@@ -128,7 +130,8 @@ class BucketProbe:
         loss = max(0.0, cost - run * expected_tokens(self.acceptance(), k) / best)
         if (batch_size, k) not in self._seen:
             loss += self.build_cost()  # a shape never run: its first round builds it
-        if k != self._chosen.get(batch_size, (0, 0))[1]:
+        held = self._held if self.hold_depth else self._chosen.get(batch_size, (0, 0))[1]
+        if k != held:
             loss += 2 * self.switch_cost()  # there and back
         if self._explore_loss + loss > self.explore_budget * self._time_total:
             return False

@@ -221,9 +221,11 @@ def test_a_held_depth_explores_plain_only_where_that_could_change_the_choice():
 
 def test_the_depth_held_is_the_engines_whichever_batch_size_chose_it():
     """A batch size's own last choice can be stale: 7 rows chose plain (acceptance 0.4), then 8
-    rows drafted for 1000 rounds (0.9). When the batch is 7 rows again at a thin gain (0.55,
-    1.05x), the depth the engine holds is depth 4, kept; read from 7 rows' stale plain choice,
-    drafting would have to clear the margin again and the batch would decode plainly."""
-    held = _phases(True, [0.4, 0.9, 0.55], explore=0, sizes=[7, 8, 7])
+    rows drafted (0.9) and kept drafting at a thin gain (0.55, 1.05x plain, once the 0.9
+    evidence has decayed). When the batch is 7 rows again, depth 4 is the depth the engine
+    holds, and it is kept; read from 7 rows' stale plain choice, drafting would have to
+    clear the margin again and the batch would decode plainly (no exploration here)."""
+    held = _phases(True, [0.4, 0.9, 0.55, 0.55], explore=0, sizes=[7, 8, 8, 7])
     assert held[0][-100:] == [0] * 100 and held[1][-100:] == [4] * 100
-    assert held[2][:100] == [4] * 100 and held[2][-100:] == [4] * 100, held[2]
+    assert held[2][-100:] == [4] * 100, held[2]
+    assert held[3][:100] == [4] * 100 and held[3][-100:] == [4] * 100, held[3]
