@@ -5,8 +5,9 @@ compiled head steps' traces.
         --out F.json
 
 Per batch size, a plain engine and an adaptive MTP engine as a worker builds them (warm-up),
-and with `--fixed` an MTP engine at fixed depth 3 (no policy: no warm-up), each run twice over the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens
-+- `--spread`, greedy, `ignore_eos`); the second pass is reported. Per pass: wall seconds, the
+and with `--fixed` an MTP engine at fixed depth 3 (no policy: no warm-up), each run twice over
+the same served traffic (`bench/p5_pairs.py`'s: held-out prompts, 96 tokens +- `--spread`,
+greedy, `ignore_eos`); the second pass is reported. Per pass: wall seconds, the
 engine steps with a prefill in them and the rest (`bench/step_log.py`), and for MTP the host
 seconds of `prompt_hidden` and the head's `add_rows` at each join, and of the compiled head
 steps (`workers/compiled_step.py`: calls, the calls that traced a new key, their seconds).

@@ -11,49 +11,34 @@ took 486 us a call on average (93 ms of an 11.5 s pass), each job-end choice 1.5
 
 from __future__ import annotations
 
-import collections
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
+from bench.join_split import HostTimer
 from bench.p5_pairs import spread_params
 from workers import Engine
 from workers.depth_policy import DepthPolicy
 from workers.stream_speed import heldout_prompts
 
-calls: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-
-
-def timed(name: str) -> None:
-    method: Callable[..., Any] = getattr(DepthPolicy, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            calls[name][0] += 1
-            calls[name][1] += time.perf_counter() - t
-
-    setattr(DepthPolicy, name, wrapper)
+NAMES = ("choose", "observe", "_drain_choice", "settled_plain", "round_costs", "_margin")
 
 
 def main() -> None:
-    for name in ("choose", "observe", "_drain_choice", "settled_plain", "round_costs", "_margin"):
-        timed(name)
+    timer = HostTimer()
+    for name in NAMES:
+        setattr(DepthPolicy, name, timer.wrap(name, getattr(DepthPolicy, name)))
     B = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     engine = Engine.load(None, drafter="mtp", adaptive_depth=True, warm_up=True, max_batch_size=B)
     prompts, sp = heldout_prompts(64), spread_params(64, 96, 0.5)
     engine.generate(prompts, sp)
-    calls.clear()
+    timer.seconds.clear()
+    timer.calls.clear()
     t = time.perf_counter()
     engine.generate(prompts, sp)
     print(f"B={B} pass {time.perf_counter() - t:.3f} s")
-    for name, (n, s) in calls.items():
-        print(
-            f"{name:15s} calls {int(n):5d}  total {s * 1e3:8.1f} ms  per call {s / n * 1e6:8.1f} us"
-        )
+    for name, s in timer.seconds.items():
+        n = timer.calls[name]
+        print(f"{name:15s} calls {n:5d}  total {s * 1e3:8.1f} ms  per call {s / n * 1e6:8.1f} us")
 
 
 if __name__ == "__main__":
