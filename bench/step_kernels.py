@@ -1,0 +1,173 @@
+"""GPU: what the device does in each engine step of a job, join steps apart from the rest.
+
+    python -m bench.step_kernels --model-dir DIR [--batch-size 16] [--prompts 64] [--spread 0]
+        [--engines plain,mtp_fixed,mtp] --out F.json
+
+`bench.join_split` times a job's steps on the host; this says what fills them on the device.
+Each engine (as `bench.join_split` builds them) runs the job twice; the second pass runs under
+`torch.profiler` (CUPTI records every kernel the process launches, MLX's included; PyTorch is
+not a specfleet dependency: the lent GPU machines ship it, as for `bench.kernel_profile`).
+Each step and its parts (`_launch`, `_collect`, `_drop_finished`, `_admit`) are marked on the
+host's timeline. Per class of step (a prefill started, advanced or ended in it: "join"; the
+step after one, which launches the first round with the joiners: "after_join"; else "round"), it reports the steps' wall seconds, the seconds the device ran kernels inside them,
+the kernels and the CUDA API calls that took the most, and the host parts' seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.p5_pairs import spread_params
+from bench.peers import heldout_prompts
+from bench.step_log import log_steps
+from workers import Engine
+
+PARTS = ("_launch", "_collect", "_drop_finished", "_admit")
+
+
+def marked(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    from torch.profiler import record_function
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with record_function(name):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def busy_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by the union of [start, end) spans."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(spans):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+def summarise(trace: dict, classes: list[str], top: int) -> dict:
+    """Per step class: wall, device-busy, kernel and API seconds, from a chrome trace whose
+    'specfleet_step' marks are in step order (one per entry of `classes`)."""
+    ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e for e in ev if e["name"] == "specfleet_step"), key=lambda e: e["ts"])
+    assert len(steps) == len(classes), (len(steps), len(classes))
+    kernels = sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    k_starts = [k["ts"] for k in kernels]
+    longest = max((k["dur"] for k in kernels), default=0.0)
+    calls = sorted((e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")),
+                   key=lambda e: e["ts"])  # fmt: skip
+    c_starts = [c["ts"] for c in calls]
+    parts = [e for e in ev if e["name"] in PARTS]
+    out: dict[str, Any] = {}
+    for cls in sorted(set(classes)):
+        mine = [s for s, c in zip(steps, classes) if c == cls]
+        spans: list[tuple[float, float]] = []
+        by_kernel: dict[str, float] = defaultdict(float)
+        by_call: dict[str, float] = defaultdict(float)
+        by_part: dict[str, float] = defaultdict(float)
+        for s in mine:
+            t0, t1 = s["ts"], s["ts"] + s["dur"]
+            # kernels that overlap the step: started at most `longest` before it
+            for k in kernels[bisect_left(k_starts, t0 - longest) : bisect_left(k_starts, t1)]:
+                a, b = max(k["ts"], t0), min(k["ts"] + k["dur"], t1)
+                if b > a:
+                    spans.append((a, b))
+                    by_kernel[k["name"][:100]] += b - a
+            for c in calls[bisect_left(c_starts, t0) : bisect_left(c_starts, t1)]:
+                by_call[c["name"]] += c["dur"]
+            for p in parts:
+                if t0 <= p["ts"] < t1:
+                    by_part[p["name"]] += p["dur"]
+        n = len(mine)
+        per = lambda d: sorted(((k, round(v / n / 1e3, 3)) for k, v in d.items()), key=lambda x: -x[1])  # noqa: E731
+        out[cls] = {
+            "steps": n,
+            "wall_ms_per_step": round(sum(s["dur"] for s in mine) / n / 1e3, 3),
+            "device_busy_ms_per_step": round(busy_us(spans) / n / 1e3, 3),
+            "host_parts_ms_per_step": dict(per(by_part)),
+            "kernels_ms_per_step": per(by_kernel)[:top],
+            "api_ms_per_step": per(by_call)[:top],
+        }
+    return out
+
+
+def profiled_pass(engine: Engine, prompts: list, sp: list) -> tuple[dict, list[str], float]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for name in PARTS:  # instance attributes over the class's methods, removed below
+        setattr(engine, name, marked(getattr(engine, name), name))
+    steps = log_steps(engine)
+    inner = engine.step
+    engine.step = marked(inner, "specfleet_step")  # type: ignore[method-assign]
+    gpu = torch.cuda.is_available()  # without one (a smoke run on the CPU): host marks only
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    try:
+        with profile(activities=activities) as prof:
+            t0 = time.perf_counter()
+            engine.generate(prompts, sp)
+            wall = time.perf_counter() - t0
+    finally:
+        for name in ("step", *PARTS):
+            delattr(engine, name)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    # "after_join": the step after a join launches the first round with the joiners in it
+    classes = ["join" if s.prefilled else "round" for s in steps]
+    for i in range(1, len(classes)):
+        if classes[i] == "round" and classes[i - 1] == "join":
+            classes[i] = "after_join"
+    return trace, classes, wall
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--spread", type=float, default=0.0)
+    ap.add_argument("--engines", default="plain,mtp_fixed,mtp")
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    if torch.cuda.is_available():
+        torch.zeros(1, device="cuda")  # a CUDA context for CUPTI before the profiled passes
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    sp = spread_params(len(prompts), 96, args.spread)
+    B = args.batch_size
+    build = {
+        "plain": lambda: Engine.load(args.model_dir, max_batch_size=B, warm_up=True),
+        "mtp": lambda: Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
+                                   draft_depth=3, adaptive_depth=True, warm_up=True),
+        "mtp_fixed": lambda: Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
+                                         draft_depth=3),
+    }  # fmt: skip
+    res: dict[str, Any] = {"batch_size": B, "prompts": len(prompts), "spread": args.spread}
+    for name in args.engines.split(","):
+        engine = build[name]()
+        t0 = time.perf_counter()
+        engine.generate(prompts, sp)  # kernels built, graphs cached
+        first = time.perf_counter() - t0
+        trace, classes, wall = profiled_pass(engine, prompts, sp)
+        res[name] = {"first_pass_s": round(first, 3), "profiled_pass_s": round(wall, 3),
+                     **summarise(trace, classes, args.top)}  # fmt: skip
+        print(name, json.dumps(res[name], indent=1), flush=True)
+        del engine, trace
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
