@@ -53,6 +53,11 @@ def busy_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def per_step(us: dict[str, float], n: int) -> list[tuple[str, float]]:
+    """Milliseconds per step of each name, most first."""
+    return sorted(((k, round(v / n / 1e3, 3)) for k, v in us.items()), key=lambda x: -x[1])
+
+
 def summarise(trace: dict, classes: list[str], top: int) -> dict:
     """Per step class: wall, device-busy, kernel and API seconds, from a chrome trace whose
     'specfleet_step' marks are in step order (one per entry of `classes`)."""
@@ -87,14 +92,13 @@ def summarise(trace: dict, classes: list[str], top: int) -> dict:
                 if t0 <= p["ts"] < t1:
                     by_part[p["name"]] += p["dur"]
         n = len(mine)
-        per = lambda d: sorted(((k, round(v / n / 1e3, 3)) for k, v in d.items()), key=lambda x: -x[1])  # noqa: E731
         out[cls] = {
             "steps": n,
             "wall_ms_per_step": round(sum(s["dur"] for s in mine) / n / 1e3, 3),
             "device_busy_ms_per_step": round(busy_us(spans) / n / 1e3, 3),
-            "host_parts_ms_per_step": dict(per(by_part)),
-            "kernels_ms_per_step": per(by_kernel)[:top],
-            "api_ms_per_step": per(by_call)[:top],
+            "host_parts_ms_per_step": dict(per_step(by_part, n)),
+            "kernels_ms_per_step": per_step(by_kernel, n)[:top],
+            "api_ms_per_step": per_step(by_call, n)[:top],
         }
     return out
 
