@@ -1,0 +1,70 @@
+"""Where the host's time goes in a job's joins and finishes: cProfile over an engine's pass.
+
+    SPECFLEET_LAUNCH_THREAD=0 python -m bench.join_host_profile --model-dir DIR
+        [--batch-size 16] [--prompts 64] [--spread 0] [--engines mtp_fixed,plain] --out F.txt
+
+On a GPU a small model's steps are bound by the host (`bench.step_kernels`: the device runs
+kernels for a fraction of each step). Each engine runs the job twice (as `bench.step_kernels`
+builds them); the second pass runs under cProfile and this writes, per engine, the functions
+taking the most time of their own, and the callees of the step's parts: `_admit` (the joins'
+prefills, inserts, appends), `_drop_finished` (finished rows leaving), `_launch` (building a
+round). With the launcher thread off (`SPECFLEET_LAUNCH_THREAD=0`) MLX's encoding runs on
+the profiled thread too, under the Python call that evaluates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+from pathlib import Path
+
+from bench.p5_pairs import spread_params
+from bench.peers import heldout_prompts
+from workers import Engine
+
+# the step's parts and the join's own calls whose callees are printed
+PARTS = ("_admit", "_drop_finished", "_launch", "_collect", "advance", "prefill_chunk",
+         "add_rows", "keep_rows", "append", "insert", "prompt_hidden", "settle")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--spread", type=float, default=0.0)
+    ap.add_argument("--engines", default="mtp_fixed,plain")
+    ap.add_argument("--lines", type=int, default=30)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    sp = spread_params(len(prompts), 96, args.spread)
+    B, report = args.batch_size, io.StringIO()
+    for name in args.engines.split(","):
+        drafter = {"drafter": "mtp", "draft_depth": 3} if name != "plain" else {}
+        engine = Engine.load(args.model_dir, max_batch_size=B, **drafter)  # type: ignore[arg-type]
+        engine.generate(prompts, sp)  # kernels built, graphs cached
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        engine.generate(prompts, sp)
+        prof.disable()
+        wall = time.perf_counter() - t0
+        report.write(f"\n==== {name}: B={B}, profiled pass {wall:.3f} s ====\n")
+        stats = pstats.Stats(prof, stream=report)
+        stats.sort_stats("tottime").print_stats(args.lines)
+        stats.sort_stats("cumulative")
+        for part in PARTS:
+            stats.print_callees(rf"\b{part}\b")
+        stats.print_stats(args.lines)
+        del engine
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report.getvalue())
+    print(report.getvalue()[-6000:])
+
+
+if __name__ == "__main__":
+    main()
