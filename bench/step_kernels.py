@@ -76,6 +76,7 @@ def summarise(trace: dict, classes: list[str], top: int) -> dict:
         mine = [s for s, c in zip(steps, classes) if c == cls]
         spans: list[tuple[float, float]] = []
         by_kernel: dict[str, float] = defaultdict(float)
+        count: dict[str, float] = defaultdict(float)  # kernels that started in the step
         by_call: dict[str, float] = defaultdict(float)
         by_part: dict[str, float] = defaultdict(float)
         for s in mine:
@@ -86,6 +87,8 @@ def summarise(trace: dict, classes: list[str], top: int) -> dict:
                 if b > a:
                     spans.append((a, b))
                     by_kernel[k["name"][:100]] += b - a
+                if k["ts"] >= t0:
+                    count[k["name"][:100]] += 1000.0  # per_step divides by 1e3
             for c in calls[bisect_left(c_starts, t0) : bisect_left(c_starts, t1)]:
                 by_call[c["name"]] += c["dur"]
             for p in parts:
@@ -98,6 +101,8 @@ def summarise(trace: dict, classes: list[str], top: int) -> dict:
             "device_busy_ms_per_step": round(busy_us(spans) / n / 1e3, 3),
             "host_parts_ms_per_step": dict(per_step(by_part, n)),
             "kernels_ms_per_step": per_step(by_kernel, n)[:top],
+            "kernel_launches_per_step": round(sum(count.values()) / n / 1e3, 1),
+            "launches_per_step_by_kernel": per_step(count, n)[:top],
             "api_ms_per_step": per_step(by_call, n)[:top],
         }
     return out
