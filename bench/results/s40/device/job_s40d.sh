@@ -11,7 +11,7 @@ for setting in ${SETTINGS:-base ops100 ops200 nographs}; do
     base) envs="";; ops*) envs="MLX_MAX_OPS_PER_BUFFER=${setting#ops}";; nographs) envs="MLX_USE_CUDA_GRAPHS=0";;
   esac
   for spread in 0 0.5; do
-    env $envs timeout 150 python3 -m bench.p5_pairs --model-dir $T --prompts 64 --spread $spread --pairs 3 --batch-sizes ${B:-16} --adaptive --label "$setting spread=$spread" --out $OUT/graphs_${setting}_s${spread}.json 2>&1 | grep -v Warning | tail -1 | cut -c1-300
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['batch']['${B:-16}']; print('   mtp tok/s', r['mtp_tokens_per_s'])" $OUT/graphs_${setting}_s${spread}.json
+    env $envs timeout 150 python3 -m bench.p5_pairs --model-dir $T --prompts 64 --spread $spread --pairs ${PAIRS:-3} --batch-sizes ${B:-16} --adaptive --label "$setting spread=$spread" --out $OUT/graphs${RUN:-}_${setting}_s${spread}.json 2>&1 | grep -v Warning | tail -1 | cut -c1-300
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['batch']['${B:-16}']; print('   mtp tok/s', r['mtp_tokens_per_s'])" $OUT/graphs${RUN:-}_${setting}_s${spread}.json
   done
 done
