@@ -5,7 +5,7 @@
 # plain in pairs (bench/p5_pairs.py). MLX_MAX_OPS_PER_BUFFER: kernels per CUDA graph before it
 # is launched; MLX_USE_CUDA_GRAPHS=0: kernels launched one by one, no graphs.
 source "$(dirname "$0")/setup.sh"
-(timeout 100 python3 -m bench.p5_pairs --model-dir $T --prompts 8 --pairs 1 --batch-sizes 8 --adaptive --out /tmp/warm.json 2>&1 | grep -v Warning | tail -1 | cut -c1-200)
+[ -n "${SKIP_WARM:-}" ] || (timeout 100 python3 -m bench.p5_pairs --model-dir $T --prompts 8 --pairs 1 --batch-sizes 8 --adaptive --out /tmp/warm.json 2>&1 | grep -v Warning | tail -1 | cut -c1-200)
 for setting in ${SETTINGS:-base ops100 ops200 nographs}; do
   case $setting in
     base) envs="";; ops*) envs="MLX_MAX_OPS_PER_BUFFER=${setting#ops}";; nographs) envs="MLX_USE_CUDA_GRAPHS=0";;
