@@ -131,12 +131,17 @@ def profiled_pass(engine: Engine, prompts: list, sp: list) -> tuple[dict, list[s
         path = Path(d) / "trace.json"
         prof.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
-    # "after_join": the step after a join launches the first round with the joiners in it
-    classes = ["join" if s.prefilled else "round" for s in steps]
+    return trace, step_classes([s.prefilled for s in steps]), wall
+
+
+def step_classes(prefilled: list[bool]) -> list[str]:
+    """Each step's class: "join" (a prefill started, advanced or ended in it), "after_join"
+    (the step after one, which launches the first round with the joiners in it), "round"."""
+    classes = ["join" if p else "round" for p in prefilled]
     for i in range(1, len(classes)):
         if classes[i] == "round" and classes[i - 1] == "join":
             classes[i] = "after_join"
-    return trace, classes, wall
+    return classes
 
 
 def main() -> None:

@@ -185,3 +185,34 @@ def test_policy_variants_set_what_they_name():
     assert forced.refresh_every == 32
     with pytest.raises(SystemExit, match="unknown variants \\['nope'\\]"):
         ab_policy(None, [], [], 1, ["as_is", "nope"])
+
+
+def test_step_kernels_splits_device_time_by_step_class():
+    from bench.step_kernels import busy_us, step_classes, summarise
+
+    assert step_classes([False, True, False, False, True, True, False]) == [
+        "round", "join", "after_join", "round", "join", "join", "after_join",
+    ]  # fmt: skip
+    assert busy_us([(0, 10), (5, 15), (20, 25)]) == 20  # overlaps count once
+
+    def mark(name: str, ts: float, dur: float, cat: str = "user_annotation") -> dict:
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat}
+
+    trace = {"traceEvents": [
+        mark("specfleet_step", 0, 100), mark("specfleet_step", 100, 1000),
+        mark("_admit", 110, 600),
+        mark("k_round", 10, 20, "kernel"), mark("k_round", 90, 20, "kernel"),  # 10 us in each
+        mark("k_prefill", 200, 300, "kernel"), mark("k_prefill", 300, 100, "kernel"),
+        mark("cudaGraphLaunch", 120, 30, "cuda_runtime"),
+        {"ph": "i", "name": "not a span", "ts": 50},
+    ]}  # fmt: skip
+    out = summarise(trace, ["round", "join"], top=5)
+    assert out["round"]["steps"] == 1 and out["round"]["wall_ms_per_step"] == 0.1
+    assert out["round"]["device_busy_ms_per_step"] == 0.03  # 20 + the first 10 of 90..110
+    assert out["round"]["kernel_launches_per_step"] == 2
+    join = out["join"]
+    assert join["device_busy_ms_per_step"] == 0.31  # 100..110 of the round's, then 200..500
+    assert join["kernel_launches_per_step"] == 2  # the ones that started in it
+    assert join["host_parts_ms_per_step"] == {"_admit": 0.6}
+    assert join["api_ms_per_step"] == [("cudaGraphLaunch", 0.03)]
+    assert dict(join["kernels_ms_per_step"]) == {"k_prefill": 0.4, "k_round": 0.01}
