@@ -4,8 +4,8 @@
         [--batch-size 16] [--prompts 64] [--spread 0] [--engines mtp_fixed,plain] --out F.txt
 
 On a GPU a small model's steps are bound by the host (`bench.step_kernels`: the device runs
-kernels for a fraction of each step). Each engine runs the job twice (as `bench.step_kernels`
-builds them); the second pass runs under cProfile and this writes, per engine, the functions
+kernels for a fraction of each step). Each engine (`bench.join_split.make_engine`) runs the
+job twice; the second pass runs under cProfile and this writes, per engine, the functions
 taking the most time of their own, and the callees of the step's parts: `_admit` (the joins'
 prefills, inserts, appends), `_drop_finished` (finished rows leaving), `_launch` (building a
 round). With the launcher thread off (`SPECFLEET_LAUNCH_THREAD=0`) MLX's encoding runs on
@@ -19,11 +19,8 @@ import cProfile
 import io
 import pstats
 import time
-from pathlib import Path
 
-from bench.p5_pairs import spread_params
-from bench.peers import heldout_prompts
-from workers import Engine
+from bench.join_split import add_job_args, job, make_engine
 
 # the step's parts and the join's own calls whose callees are printed
 PARTS = ("_admit", "_drop_finished", "_launch", "_collect", "advance", "prefill_chunk",
@@ -32,20 +29,13 @@ PARTS = ("_admit", "_drop_finished", "_launch", "_collect", "advance", "prefill_
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-dir", type=Path, required=True)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--spread", type=float, default=0.0)
-    ap.add_argument("--engines", default="mtp_fixed,plain")
+    add_job_args(ap, "mtp_fixed,plain", spread=0.0)
     ap.add_argument("--lines", type=int, default=30)
-    ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = spread_params(len(prompts), 96, args.spread)
+    prompts, sp = job(args)
     B, report = args.batch_size, io.StringIO()
     for name in args.engines.split(","):
-        drafter = {"drafter": "mtp", "draft_depth": 3} if name != "plain" else {}
-        engine = Engine.load(args.model_dir, max_batch_size=B, **drafter)  # type: ignore[arg-type]
+        engine = make_engine(name, args.model_dir, B)
         engine.generate(prompts, sp)  # kernels built, graphs cached
         prof = cProfile.Profile()
         t0 = time.perf_counter()

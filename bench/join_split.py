@@ -37,6 +37,38 @@ from bench.step_log import log_steps
 from workers import Engine
 from workers import compiled_step as compiled_module
 
+ENGINES = ("plain", "mtp", "mtp_fixed")
+
+
+def make_engine(name: str, model_dir: Path, B: int) -> Engine:
+    """`ENGINES`: plain or adaptive MTP as a worker builds them (warm-up), or MTP at fixed
+    depth 3 (no policy: no warm-up)."""
+    if name == "plain":
+        return Engine.load(model_dir, max_batch_size=B, warm_up=True)
+    if name == "mtp":
+        return Engine.load(model_dir, drafter="mtp", max_batch_size=B, draft_depth=3,
+                           adaptive_depth=True, warm_up=True)  # fmt: skip
+    if name == "mtp_fixed":
+        return Engine.load(model_dir, drafter="mtp", max_batch_size=B, draft_depth=3)
+    raise SystemExit(f"engine {name!r}: use one of {ENGINES}")
+
+
+def add_job_args(ap: argparse.ArgumentParser, engines: str, spread: float) -> None:
+    """The job the tools that profile one (bench.step_kernels, bench.join_host_profile) run:
+    the model, the batch size, the traffic (`bench.p5_pairs`'s) and the engines."""
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--spread", type=float, default=spread)
+    ap.add_argument("--engines", default=engines, help=f"comma-separated, of {ENGINES}")
+    ap.add_argument("--out", type=Path, required=True)
+
+
+def job(args: argparse.Namespace) -> tuple[list, list]:
+    """The prompts and sampling parameters of `add_job_args`' job: 96 tokens +- spread."""
+    prompts = heldout_prompts(args.model_dir, args.prompts)
+    return prompts, spread_params(len(prompts), 96, args.spread)
+
 
 class HostTimer:
     """Seconds and calls of wrapped functions, by name."""
@@ -140,14 +172,8 @@ def main() -> None:
     membership.start_prefill = timer.wrap("start_prefill", membership.start_prefill)  # type: ignore[assignment]
     res: dict = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
-        plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)
-        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3,
-                          adaptive_depth=True, warm_up=True)  # fmt: skip
-        engines = {"plain": plain, "mtp": mtp}
-        if args.fixed:
-            engines["mtp_fixed"] = Engine.load(
-                args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3
-            )
+        names = ["plain", "mtp"] + (["mtp_fixed"] if args.fixed else [])
+        engines = {name: make_engine(name, args.model_dir, B) for name in names}
         for engine in engines.values():
             _time_joins(engine, timer, args.sync_joins)
         for rep in range(2):

@@ -4,7 +4,7 @@
         [--engines plain,mtp_fixed,mtp] --out F.json
 
 `bench.join_split` times a job's steps on the host; this says what fills them on the device.
-Each engine (as `bench.join_split` builds them) runs the job twice; the second pass runs under
+Each engine (`bench.join_split.make_engine`) runs the job twice; the second pass runs under
 `torch.profiler` (CUPTI records every kernel the process launches, MLX's included; PyTorch is
 not a specfleet dependency: the lent GPU machines ship it, as for `bench.kernel_profile`).
 Each step and its parts (`_launch`, `_collect`, `_drop_finished`, `_admit`) are marked on the
@@ -25,8 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.p5_pairs import spread_params
-from bench.peers import heldout_prompts
+from bench.join_split import add_job_args, job, make_engine
 from bench.step_log import log_steps
 from workers import Engine
 
@@ -148,29 +147,16 @@ def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-dir", type=Path, required=True)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--spread", type=float, default=0.0)
-    ap.add_argument("--engines", default="plain,mtp_fixed,mtp")
+    add_job_args(ap, "plain,mtp_fixed,mtp", spread=0.0)
     ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")  # a CUDA context for CUPTI before the profiled passes
-    prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = spread_params(len(prompts), 96, args.spread)
+    prompts, sp = job(args)
     B = args.batch_size
-    build = {
-        "plain": lambda: Engine.load(args.model_dir, max_batch_size=B, warm_up=True),
-        "mtp": lambda: Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   draft_depth=3, adaptive_depth=True, warm_up=True),
-        "mtp_fixed": lambda: Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                         draft_depth=3),
-    }  # fmt: skip
     res: dict[str, Any] = {"batch_size": B, "prompts": len(prompts), "spread": args.spread}
     for name in args.engines.split(","):
-        engine = build[name]()
+        engine = make_engine(name, args.model_dir, B)
         t0 = time.perf_counter()
         engine.generate(prompts, sp)  # kernels built, graphs cached
         first = time.perf_counter() - t0
