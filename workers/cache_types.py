@@ -7,7 +7,7 @@ to it: kv_cache imports hybrid, hybrid imports only this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import mlx.core as mx
@@ -48,9 +48,6 @@ class LayerCache(Protocol):
     # `other` is a layer of the same kind (each implementation names its own type)
     def append_rows(self, other: Any, num_self: int, num_other: int) -> None: ...
 
-    # other's rows [first, first + len(slots)) into our rows `slots`; the rest untouched
-    def put_rows(self, other: Any, slots: Sequence[int], first: int, num_self: int) -> None: ...
-
     def arrays(self) -> list[mx.array]: ...
 
 
@@ -67,24 +64,3 @@ def concat_rows(
     if theirs is None:
         theirs = mx.zeros((num_other,) + mine.shape[1:], mine.dtype)
     return mx.concatenate([mine, theirs])
-
-
-def put_rows(
-    mine: mx.array | None, theirs: mx.array | None, slots: Sequence[int], num_self: int
-) -> mx.array | None:
-    """`mine` [num_self, ...] with rows `slots` (k) overwritten by `theirs` [k, ...] from index
-    0 of every other axis (a shorter slot axis leaves the rest of the row as it was): a slice
-    update per row, in place where MLX may donate `mine`'s buffer, where a gather and a
-    concatenation copy every row (`put_along_axis` writes in place too, but its CPU scatter
-    took ~0.5 ms a row of a [16, 2, 512, 64] fp32 array, a slice update ~0.16). A group that
-    never ran a forward (no array yet) holds zeros, as in `concat_rows`."""
-    if mine is None and theirs is None:
-        return None
-    if mine is None:
-        assert theirs is not None
-        mine = mx.zeros((num_self,) + theirs.shape[1:], theirs.dtype)
-    if theirs is None:
-        theirs = mx.zeros((len(slots),) + mine.shape[1:], mine.dtype)
-    for j, i in enumerate(slots):
-        mine = mx.slice_update(mine, theirs[j : j + 1], mx.array([i]), axes=(0,))
-    return mine

@@ -125,7 +125,6 @@ class Engine(Membership):
         self._inbox: deque[tuple[str, object]] = deque()
         self._lock = threading.Lock()
         self._live_ids: set[str] = set()
-        self._left: set[int] = set()  # workers/membership.py `_drop_finished`
         self._stats: list[RoundStats] = []
         self._next_id = 0
         if self.config.warm_up:
@@ -304,12 +303,10 @@ class Engine(Membership):
         if flight is not None:
             events += self._collect(flight, stats)
             events += [e for r in self.rows if (e := r.take_event()) is not None]
-            # finished in N: their N+1 slots are discarded, and joiners may take them
-            events += self._drop_finished(defer=True)
+            events += self._drop_finished()  # finished in N: their N+1 slots are discarded
         t2 = time.perf_counter()
         if self.rows or self.waiting:
             self._admit(stats)  # joiners prefill now and join round N+2
-        events += self._drop_finished()  # slots no joiner took; joiners aborted in prefill
         if flight is not None and self.depth_policy is not None:
             # Round N's cost: building and launching it (last step) plus waiting for and
             # emitting it (this step). This step's launch belongs to N+1, whose depth may

@@ -14,14 +14,13 @@ cache it defers to the wrapped layer, so the model still works with mlx-lm's cac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from workers.cache_types import CacheOwner, concat_rows, put_rows
+from workers.cache_types import CacheOwner, concat_rows
 from workers.gdn_recurrence import Recurrence, kernel_inputs, window_recurrence
 
 MAX_STATE_WINDOW = 17  # a verify window: up to 16 drafts + the last committed token
@@ -109,14 +108,6 @@ class RaggedStateCache:
     def append_rows(self, other: RaggedStateCache, num_self: int, num_other: int) -> None:
         self.conv = concat_rows(self.conv, other.conv, num_self, num_other)
         self.state = concat_rows(self.state, other.state, num_self, num_other)
-
-    def put_rows(
-        self, other: RaggedStateCache, slots: Sequence[int], first: int, num_self: int
-    ) -> None:
-        k = len(slots)
-        theirs = [None if x is None else x[first : first + k] for x in (other.conv, other.state)]
-        self.conv = put_rows(self.conv, theirs[0], slots, num_self)
-        self.state = put_rows(self.state, theirs[1], slots, num_self)
 
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.conv, self.state) if a is not None]

@@ -35,7 +35,7 @@ import numpy as np
 
 from workers import attention_cuda, cpu_ops
 from workers.backend import Backend
-from workers.cache_types import CacheOwner, LayerCache, concat_rows, put_rows
+from workers.cache_types import CacheOwner, LayerCache, concat_rows
 from workers.hybrid import RaggedStateCache, install
 from workers.kv_quant import KVQuant
 
@@ -114,13 +114,6 @@ class RaggedKVCache:
     def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
         self.key_parts = _append(self.key_parts, other.key_parts, num_self, num_other)
         self.value_parts = _append(self.value_parts, other.value_parts, num_self, num_other)
-
-    def put_rows(
-        self, other: RaggedKVCache, slots: Sequence[int], first: int, num_self: int
-    ) -> None:
-        k = len(slots)
-        self.key_parts = _put(self.key_parts, other.key_parts, slots, first, k, num_self)
-        self.value_parts = _put(self.value_parts, other.value_parts, slots, first, k, num_self)
 
 
 class QuantizedRaggedKVCache(RaggedKVCache):
@@ -205,21 +198,6 @@ def _append(
     a: list[mx.array | None] = list(mine) or [None] * len(theirs)
     b: list[mx.array | None] = list(theirs) or [None] * len(mine)
     out = [concat_rows(m, t, num_self, num_other) for m, t in zip(a, b)]
-    return [x for x in out if x is not None]
-
-
-def _put(
-    mine: list[mx.array], theirs: list[mx.array], slots: Sequence[int], first: int, k: int,
-    num_self: int,
-) -> list[mx.array]:  # fmt: skip
-    if not theirs:  # their rows hold no tokens (length 0): whatever the slots hold is masked
-        return mine
-    theirs = [t[first : first + k] for t in theirs]
-    if mine and theirs[0].shape[2] > mine[0].shape[2]:  # ours grow (copies every row, rare)
-        mine = [_pad_slots(x, theirs[0].shape[2]) for x in mine]
-    # a shorter slot axis of theirs writes its slots only: past a row's length all are masked
-    mine_or_none: list[mx.array | None] = list(mine) or [None] * len(theirs)
-    out = [put_rows(m, t, slots, num_self) for m, t in zip(mine_or_none, theirs)]
     return [x for x in out if x is not None]
 
 
@@ -421,26 +399,6 @@ class BatchCache:
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
         self.lengths = np.concatenate([self.lengths, other.lengths])
         self.lengths_mx = mx.concatenate([self.lengths_mx, other.lengths_mx])
-
-    def replace_rows(self, slots: Sequence[int], other: BatchCache, first: int = 0) -> None:
-        """Other's rows [first, first + len(slots)) into our rows `slots` (joiners taking the
-        slots of rows that left): a scatter of those rows, where `keep_rows` then `append`
-        copy every row twice (2-core CPU, default model, 16 rows of 512 slots: ~7 and ~14 ms)."""
-        assert other.recurrent == self.recurrent and other.quant == self.quant
-        idx = np.asarray(slots, dtype=np.int64)
-        k = len(idx)
-        for mine, theirs in zip(self.layers, other.layers):
-            mine.put_rows(theirs, list(slots), first, self.num_rows)
-        self.exact = self.exact and other.exact
-        self.kernel_attention = self.kernel_attention and other.kernel_attention
-        window, lengths = self._window_rows(), self.lengths.copy()
-        window[idx] = other._window_rows()[first : first + k]
-        lengths[idx] = other.lengths[first : first + k]
-        self.window_valid, self.lengths = window, lengths
-        joined = other.lengths_mx[first : first + k].astype(mx.int32)
-        rows = mx.array(idx.astype(np.int32))
-        self.lengths_mx = mx.put_along_axis(self.lengths_mx, rows, joined, axis=0)
-        self._shared = {}
 
     def _window_rows(self) -> np.ndarray:
         """window_valid with exactly one entry per row (rows it has not seen: 0)."""

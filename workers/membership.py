@@ -11,9 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
-
-import mlx.core as mx
 
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy
@@ -50,7 +47,6 @@ class Membership:
     _inbox: deque[tuple[str, object]]
     _lock: threading.Lock
     _live_ids: set[str]
-    _left: set[int]  # id() of finished rows whose events are out, their slots not yet given up
 
     def _job_view(self) -> DrainingRows | None:
         """What the depth policy weighs when it chooses afresh (`DepthPolicy.job_view`): once
@@ -105,26 +101,24 @@ class Membership:
         """Prefill joining rows one chunk per step while others decode, then join them.
 
         Chunking the prefill bounds how long a long prompt stalls the running rows' tokens;
-        with nothing running, the whole prompt goes through at once. Rows that finished in this
-        step may still hold their slots (`_drop_finished(defer=True)`): joiners take them.
+        with nothing running, the whole prompt goes through at once.
         """
         # A prefill evaluates on this thread, so it settles first (the launcher's last launch),
         # but only where a prefill starts or advances: with a queue and every slot taken (served
         # traffic) nothing joins, and a wait every step would serialise the next round's launch
         # with this step's host work.
-        live = [r for r in self.rows if not r.is_finished]
         if self._prefill is None:
-            if len(live) >= self.config.max_batch_size:
+            if len(self.rows) >= self.config.max_batch_size:
                 return  # a full batch: the queue waits (served traffic's steady state)
             joining = pick_joining(
-                self.waiting, live, self._reserve, self.kv_budget,
+                self.waiting, self.rows, self._reserve, self.kv_budget,
                 self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
             )  # fmt: skip
             if not joining:
                 return
             self.settle()
             tail = joining_tail(
-                self.drafter, self._needs_hidden, self.depth_policy, len(live) + len(joining)
+                self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
             )
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
@@ -134,8 +128,9 @@ class Membership:
         p = self._prefill
         t0 = time.perf_counter()
         done = p.advance(
-            self.model, self.config.prefill_step_size, self._post_norm, one_chunk=bool(live)
-        )
+            self.model, self.config.prefill_step_size, self._post_norm,
+            one_chunk=bool(self.rows),
+        )  # fmt: skip
         stats.time_prefill_s = time.perf_counter() - t0
         if not done:
             return
@@ -146,64 +141,29 @@ class Membership:
             self.prefix_cache.insert(r.history[:-1], p.cache, i, *p.row_hidden(i))
         stats.num_prefix_evicted_tokens = self.prefix_cache.take_stats().evicted
         stats.prefix_cache_used_tokens = self.prefix_cache.used_tokens
-        self._change_rows(p.rows, p.cache, hidden)
+        self.cache.append(p.cache)
+        if self.drafter is not None:
+            self.drafter.add_rows([r.history for r in p.rows], hidden)
+        self.rows.extend(p.rows)
 
-    def _drop_finished(self, defer: bool = False) -> list[RequestOutput]:
-        """Finished rows leave the batch; returns the events they have not sent yet.
-
-        `defer` (a join may follow in this step: rows wait or prefill): their slots stay
-        until `_admit` gives them to joiners, and a call without it removes what is left.
-        """
+    def _drop_finished(self) -> list[RequestOutput]:
+        """Remove finished rows from the batch; returns the events they have not sent yet."""
+        keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
+        if len(keep) == len(self.rows):
+            return []
+        self.settle()  # the batch changes: the launcher's last launch first
         events = []
         for r in self.rows:
-            if r.is_finished and id(r) not in self._left:
-                self._left.add(id(r))
+            if r.is_finished:
                 self._forget(r.request_id)
                 events.append(r.take_event())
                 if self.depth_policy is not None and r.finish_reason != "abort":
                     self.depth_policy.observe_row(r.num_draft_tokens, r.num_accepted_tokens)
-        if not (defer and (self.waiting or self._prefill is not None)):
-            self._change_rows()
-        return [e for e in events if e is not None]
-
-    def _change_rows(
-        self, joining: Sequence[Row] = (), cache: BatchCache | None = None,
-        hidden: mx.array | None = None,
-    ) -> None:  # fmt: skip
-        """Finished rows leave and `joining` rows (prefilled into `cache`) join: each joiner
-        takes a finished row's slot (`BatchCache.replace_rows` writes only its rows), the
-        finished rows left over are dropped, the joiners left over are appended."""
-        holes = [i for i, r in enumerate(self.rows) if r.is_finished]
-        if not holes and not joining:
-            return
-        self.settle()  # the batch changes: the launcher's last launch first
-        fill = min(len(holes), len(joining))
-        rows, old = list(self.rows), len(self.rows)
-        # where each final row is in [old rows..., joiners...] (the drafter's order after
-        # add_rows), for a drafter's keep_rows
-        order = list(range(old))
-        for i, j in zip(holes[:fill], range(fill)):
-            rows[i], order[i] = joining[j], old + j
-        drop = set(holes[fill:])
-        keep = [i for i in range(old) if i not in drop]
-        if fill:
-            assert cache is not None
-            self.cache.replace_rows(holes[:fill], cache)
-        if drop:
-            self.cache.keep_rows(keep)
-        if len(joining) > fill:
-            assert cache is not None
-            if fill:
-                cache.keep_rows(list(range(fill, len(joining))))
-            self.cache.append(cache)
-        order = [order[i] for i in keep] + list(range(old + fill, old + len(joining)))
+        self.rows = [self.rows[i] for i in keep]
+        self.cache.keep_rows(keep)
         if self.drafter is not None:
-            if joining:
-                self.drafter.add_rows([r.history for r in joining], hidden)
-            if order != list(range(old + len(joining))):
-                self.drafter.keep_rows(order)
-        self.rows = [rows[i] for i in keep] + list(joining[fill:])
-        self._left = {id(r) for r in self.rows if id(r) in self._left}
+            self.drafter.keep_rows(keep)
+        return [e for e in events if e is not None]
 
     def settle(self) -> None:
         """Wait until a round handed to a launcher thread is encoded (the engine's)."""

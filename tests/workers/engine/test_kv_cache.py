@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
-import pytest
 
 from tests.tiny import mixed_prompts, tiny_model
 from workers.forward import forward_window, pad_windows, prefill
@@ -177,35 +176,3 @@ def test_a_lone_row_behind_its_host_bound_keeps_the_mask():
     cache.tighten(np.array([len(prompt) + 2]), np.array([True]), exact=True)
     assert cache.layers[0].make_mask(1) is None
     assert mx.allclose(forward_window(model, cache, step, one), expected, atol=1e-5).item()
-
-
-def next_logits_alone(model, seq: list[int], token: int) -> mx.array:
-    """The logits of `token` after `seq`, in a one-row cache: [V]."""
-    cache = BatchCache.for_model(model, 1)
-    prefill(model, cache, [seq], step_size=512)
-    return forward_window(model, cache, mx.array([[token]]), np.ones(1))[0, -1]
-
-
-@pytest.mark.parametrize(("arch", "layers"), [("llama", 2), ("qwen3_5", 4)])
-def test_replace_rows_gives_joiners_the_slots_of_rows_that_left(arch, layers):
-    """Joiners written into the slots of two rows that left (`BatchCache.replace_rows`, as the
-    engine joins) continue as each would in a cache of its own, and the row that stayed
-    continues as before: attention slots, recurrent state and lengths, host and device. The
-    second joiner is longer than the batch's slots (they grow); the first shorter (it writes
-    its own slots only, the rest of its row stays stale and masked)."""
-    model = tiny_model(arch, seed=1, layers=layers)
-    prompts = mixed_prompts(3, seed=4, lengths=[5, 9, 40])
-    cache = BatchCache.for_model(model, 3)
-    prefill(model, cache, prompts, step_size=512)
-    joiners = mixed_prompts(3, seed=6, lengths=[30, 4, 300])
-    other = BatchCache.for_model(model, 3)
-    prefill(model, other, joiners, step_size=512)
-    cache.replace_rows([2, 0], other, first=1)  # joiners 1 and 2 into rows 2 and 0
-    rows = [joiners[2], prompts[1], joiners[1]]
-    assert cache.lengths.tolist() == [len(s) for s in rows]
-    assert cache.lengths_mx.tolist() == [len(s) for s in rows]
-    nxt = [11, 12, 13]
-    logits = forward_window(model, cache, mx.array([[t] for t in nxt]), np.ones(3))
-    for r, (seq, t) in enumerate(zip(rows, nxt)):
-        ref = next_logits_alone(model, seq, t)
-        assert mx.allclose(logits[r, -1], ref, atol=1e-4).item(), f"row {r}"
