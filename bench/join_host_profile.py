@@ -1,6 +1,6 @@
 """Where the host's time goes in a job's joins and finishes: cProfile over an engine's pass.
 
-    SPECFLEET_LAUNCH_THREAD=0 python -m bench.join_host_profile --model-dir DIR
+    python -m bench.join_host_profile --model-dir DIR
         [--batch-size 16] [--prompts 64] [--spread 0] [--engines mtp_fixed,plain] --out F.txt
 
 On a GPU a small model's steps are bound by the host (`bench.step_kernels`: the device runs
@@ -8,8 +8,8 @@ kernels for a fraction of each step). Each engine (`bench.join_split.make_engine
 job twice; the second pass runs under cProfile and this writes, per engine, the functions
 taking the most time of their own, and the callees of the step's parts: `_admit` (the joins'
 prefills, inserts, appends), `_drop_finished` (finished rows leaving), `_launch` (building a
-round). With the launcher thread off (`SPECFLEET_LAUNCH_THREAD=0`) MLX's encoding runs on
-the profiled thread too, under the Python call that evaluates.
+round). The launcher thread is off (`SPECFLEET_LAUNCH_THREAD=0` unless the environment sets
+it), so MLX's encoding runs on the profiled thread, under the Python call that evaluates.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import time
 
 from bench.join_split import add_job_args, job, make_engine
+from workers import launch
 
 # the step's parts and the join's own calls whose callees are printed
 PARTS = ("_admit", "_drop_finished", "_launch", "_collect", "advance", "prefill_chunk",
@@ -32,6 +34,9 @@ def main() -> None:
     add_job_args(ap, "mtp_fixed,plain", spread=0.0)
     ap.add_argument("--lines", type=int, default=30)
     args = ap.parse_args()
+    # MLX's encoding under the Python call that evaluates: no launcher thread, unless the
+    # environment says otherwise (workers/launch.py reads it as each engine is built)
+    os.environ.setdefault(launch.ENV, "0")
     prompts, sp = job(args)
     B, report = args.batch_size, io.StringIO()
     for name in args.engines.split(","):
@@ -48,7 +53,7 @@ def main() -> None:
         stats.sort_stats("tottime").print_stats(args.lines)
         stats.sort_stats("cumulative")
         for part in PARTS:
-            stats.print_callees(rf"\b{part}\b")
+            stats.print_callees(rf"\({part}\)")  # a function's own name, not list.append
         stats.print_stats(args.lines)
         del engine
     args.out.parent.mkdir(parents=True, exist_ok=True)

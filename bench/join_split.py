@@ -164,8 +164,7 @@ def main() -> None:
     ap.add_argument("--fixed", action="store_true", help="also MTP at fixed depth 3")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    prompts = heldout_prompts(args.model_dir, args.prompts)
-    sp = spread_params(len(prompts), 96, args.spread)
+    prompts, sp = job(args)
     timer = HostTimer()
     membership.prompt_hidden = timer.wrap("prompt_hidden", membership.prompt_hidden)  # type: ignore[assignment]
     membership.joining_tail = timer.wrap("joining_tail", membership.joining_tail)  # type: ignore[assignment]

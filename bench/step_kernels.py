@@ -9,8 +9,11 @@ Each engine (`bench.join_split.make_engine`) runs the job twice; the second pass
 not a specfleet dependency: the lent GPU machines ship it, as for `bench.kernel_profile`).
 Each step and its parts (`_launch`, `_collect`, `_drop_finished`, `_admit`) are marked on the
 host's timeline. Per class of step (a prefill started, advanced or ended in it: "join"; the
-step after one, which launches the first round with the joiners: "after_join"; else "round"), it reports the steps' wall seconds, the seconds the device ran kernels inside them,
-the kernels and the CUDA API calls that took the most, and the host parts' seconds.
+step after one, which launches the first round with the joiners: "after_join"; else "round"),
+it reports the steps' wall milliseconds, the milliseconds the device ran kernels inside them,
+the kernels that started on the device inside them (with pipelined rounds a step's launch
+mostly runs during the next step), the kernels and CUDA API calls that took the most, and the
+host parts' milliseconds.
 """
 
 from __future__ import annotations
@@ -52,47 +55,60 @@ def busy_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def per_step(us: dict[str, float], n: int) -> list[tuple[str, float]]:
-    """Milliseconds per step of each name, most first."""
-    return sorted(((k, round(v / n / 1e3, 3)) for k, v in us.items()), key=lambda x: -x[1])
+def per_step(totals: dict[str, float], n: int, scale: float = 1e-3) -> list[tuple[str, float]]:
+    """Each name's total per step (microseconds to milliseconds by default), most first."""
+    return sorted(((k, round(v / n * scale, 3)) for k, v in totals.items()), key=lambda x: -x[1])
+
+
+def _within(events: list[dict], starts: list[float], longest: float, t0: float, t1: float):
+    """(event, microseconds of it inside [t0, t1)) for the `events` (sorted by start, `starts`
+    their starts, none longer than `longest`) that overlap the span."""
+    for e in events[bisect_left(starts, t0 - longest) : bisect_left(starts, t1)]:
+        inside = min(e["ts"] + e["dur"], t1) - max(e["ts"], t0)
+        if inside > 0:
+            yield e, inside
 
 
 def summarise(trace: dict, classes: list[str], top: int) -> dict:
-    """Per step class: wall, device-busy, kernel and API seconds, from a chrome trace whose
-    'specfleet_step' marks are in step order (one per entry of `classes`)."""
+    """Per step class: wall, device-busy, kernel, host-part and API milliseconds per step, from
+    a chrome trace whose host 'specfleet_step' marks are in step order (one per entry of
+    `classes`). Host marks are the `user_annotation` events (with CUDA activity torch also
+    writes a `gpu_user_annotation` copy of each, which is not host time); every span counts
+    only its part inside the step."""
     ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    steps = sorted((e for e in ev if e["name"] == "specfleet_step"), key=lambda e: e["ts"])
+    host = [e for e in ev if e.get("cat") == "user_annotation"]
+    steps = sorted((e for e in host if e["name"] == "specfleet_step"), key=lambda e: e["ts"])
     assert len(steps) == len(classes), (len(steps), len(classes))
-    kernels = sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-    k_starts = [k["ts"] for k in kernels]
-    longest = max((k["dur"] for k in kernels), default=0.0)
-    calls = sorted((e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")),
-                   key=lambda e: e["ts"])  # fmt: skip
-    c_starts = [c["ts"] for c in calls]
-    parts = [e for e in ev if e["name"] in PARTS]
+
+    def timeline(events: list[dict]) -> tuple[list[dict], list[float], float]:
+        events = sorted(events, key=lambda e: e["ts"])
+        return events, [e["ts"] for e in events], max((e["dur"] for e in events), default=0.0)
+
+    kernels = timeline([e for e in ev if e.get("cat") == "kernel"])
+    calls = timeline([e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")])
+    parts = timeline([e for e in host if e["name"] in PARTS])
     out: dict[str, Any] = {}
     for cls in sorted(set(classes)):
         mine = [s for s, c in zip(steps, classes) if c == cls]
         spans: list[tuple[float, float]] = []
         by_kernel: dict[str, float] = defaultdict(float)
-        count: dict[str, float] = defaultdict(float)  # kernels that started in the step
+        # kernels that started on the device in the step: with pipelined rounds, a step's
+        # launch mostly runs in the next step (so "after_join" steps start few)
+        started: dict[str, float] = defaultdict(float)
         by_call: dict[str, float] = defaultdict(float)
         by_part: dict[str, float] = defaultdict(float)
         for s in mine:
             t0, t1 = s["ts"], s["ts"] + s["dur"]
-            # kernels that overlap the step: started at most `longest` before it
-            for k in kernels[bisect_left(k_starts, t0 - longest) : bisect_left(k_starts, t1)]:
-                a, b = max(k["ts"], t0), min(k["ts"] + k["dur"], t1)
-                if b > a:
-                    spans.append((a, b))
-                    by_kernel[k["name"][:100]] += b - a
+            for k, inside in _within(*kernels, t0, t1):
+                start = max(k["ts"], t0)
+                spans.append((start, start + inside))
+                by_kernel[k["name"][:100]] += inside
                 if k["ts"] >= t0:
-                    count[k["name"][:100]] += 1000.0  # per_step divides by 1e3
-            for c in calls[bisect_left(c_starts, t0) : bisect_left(c_starts, t1)]:
-                by_call[c["name"]] += c["dur"]
-            for p in parts:
-                if t0 <= p["ts"] < t1:
-                    by_part[p["name"]] += p["dur"]
+                    started[k["name"][:100]] += 1
+            for c, inside in _within(*calls, t0, t1):
+                by_call[c["name"]] += inside
+            for p, inside in _within(*parts, t0, t1):
+                by_part[p["name"]] += inside
         n = len(mine)
         out[cls] = {
             "steps": n,
@@ -100,8 +116,8 @@ def summarise(trace: dict, classes: list[str], top: int) -> dict:
             "device_busy_ms_per_step": round(busy_us(spans) / n / 1e3, 3),
             "host_parts_ms_per_step": dict(per_step(by_part, n)),
             "kernels_ms_per_step": per_step(by_kernel, n)[:top],
-            "kernel_launches_per_step": round(sum(count.values()) / n / 1e3, 1),
-            "launches_per_step_by_kernel": per_step(count, n)[:top],
+            "kernel_starts_per_step": round(sum(started.values()) / n, 1),
+            "starts_per_step_by_kernel": per_step(started, n, scale=1.0)[:top],
             "api_ms_per_step": per_step(by_call, n)[:top],
         }
     return out

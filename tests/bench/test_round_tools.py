@@ -200,19 +200,25 @@ def test_step_kernels_splits_device_time_by_step_class():
 
     trace = {"traceEvents": [
         mark("specfleet_step", 0, 100), mark("specfleet_step", 100, 1000),
-        mark("_admit", 110, 600),
+        mark("specfleet_step", 1100, 100),
+        mark("specfleet_step", 0, 100, "gpu_user_annotation"),  # torch's device copy: not host
+        mark("_admit", 110, 600), mark("_admit", 110, 600, "gpu_user_annotation"),
+        mark("_launch", 1050, 100),  # half in the join, half in the last round
         mark("k_round", 10, 20, "kernel"), mark("k_round", 90, 20, "kernel"),  # 10 us in each
         mark("k_prefill", 200, 300, "kernel"), mark("k_prefill", 300, 100, "kernel"),
+        mark("k_round", 1150, 10, "kernel"),
         mark("cudaGraphLaunch", 120, 30, "cuda_runtime"),
         {"ph": "i", "name": "not a span", "ts": 50},
     ]}  # fmt: skip
-    out = summarise(trace, ["round", "join"], top=5)
-    assert out["round"]["steps"] == 1 and out["round"]["wall_ms_per_step"] == 0.1
-    assert out["round"]["device_busy_ms_per_step"] == 0.03  # 20 + the first 10 of 90..110
-    assert out["round"]["kernel_launches_per_step"] == 2
-    join = out["join"]
+    out = summarise(trace, ["round", "join", "round"], top=5)
+    rounds, join = out["round"], out["join"]
+    assert rounds["steps"] == 2 and rounds["wall_ms_per_step"] == 0.1
+    assert rounds["device_busy_ms_per_step"] == 0.02  # (20 + 10 of 90..110) + 10, over 2 steps
+    assert rounds["kernel_starts_per_step"] == 1.5
+    assert rounds["host_parts_ms_per_step"] == {"_launch": 0.025}
     assert join["device_busy_ms_per_step"] == 0.31  # 100..110 of the round's, then 200..500
-    assert join["kernel_launches_per_step"] == 2  # the ones that started in it
-    assert join["host_parts_ms_per_step"] == {"_admit": 0.6}
+    assert join["kernel_starts_per_step"] == 2  # the ones that started in it
+    assert join["host_parts_ms_per_step"] == {"_admit": 0.6, "_launch": 0.05}
     assert join["api_ms_per_step"] == [("cudaGraphLaunch", 0.03)]
     assert dict(join["kernels_ms_per_step"]) == {"k_prefill": 0.4, "k_round": 0.01}
+    assert dict(join["starts_per_step_by_kernel"]) == {"k_prefill": 2.0}
