@@ -219,10 +219,7 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
         if self._rounds - at < self.refresh_every and (not self.hold_depth or depth == self._held):
             self._held = depth
             return depth
-        # Where holding is on, the engine's depth is the one held, whichever batch size chose
-        # it (a switch's cost is the depth's, not the size's); elsewhere, as before stop 39,
-        # this size's last choice (the CPU's choices unchanged).
-        current = self._held if self.hold_depth else depth
+        current = self._current(batch_size)
         drain = self.job_view() if self.job_view is not None else None
         if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=current)
@@ -252,9 +249,8 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
         if not self.hold_depth or held == 0 or k >= held:
             return True
         costs = self.round_costs(batch_size)
-        cells = self._cells() if self.cap_by_larger else {}
         rates = self._rates(batch_size, costs=costs)
-        reach = 1 + 2 * self._margin(batch_size, held, costs=costs, cells=cells)
+        reach = 1 + 2 * self._margin(batch_size, held, costs=costs)
         return bool(rates[k] * reach >= rates[held])
 
     def _drain_choice(self, drain: DrainingRows, switching_from: int) -> int:

@@ -116,6 +116,12 @@ class BucketProbe:
             tokens, seconds = np.full(len(ks), 1.0 + self.max_depth), np.full(len(ks), per_row[m])
         return bool((tokens / np.maximum(seconds, 1e-12) <= best).all())
 
+    def _current(self, batch_size: int) -> int:
+        """The depth a change is charged from: with `hold_depth` the one the engine holds,
+        whichever batch size chose it (a switch's cost is the depth's); else, as before stop
+        39, this size's last choice (the CPU's choices unchanged)."""
+        return self._held if self.hold_depth else self._chosen.get(batch_size, (0, 0))[1]
+
     def _may_explore(self, batch_size: int, k: int, run: int = 1) -> bool:
         """Explore depth k for `run` rounds only while exploring's cost stays within budget,
         its first round costed at the slowest drafting round seen at this batch size: a
@@ -130,8 +136,7 @@ class BucketProbe:
         loss = max(0.0, cost - run * expected_tokens(self.acceptance(), k) / best)
         if (batch_size, k) not in self._seen:
             loss += self.build_cost()  # a shape never run: its first round builds it
-        held = self._held if self.hold_depth else self._chosen.get(batch_size, (0, 0))[1]
-        if k != held:
+        if k != self._current(batch_size):
             loss += 2 * self.switch_cost()  # there and back
         if self._explore_loss + loss > self.explore_budget * self._time_total:
             return False
