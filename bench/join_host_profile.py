@@ -15,13 +15,12 @@ it), so MLX's encoding runs on the profiled thread, under the Python call that e
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import os
 import pstats
-import time
 
 from bench.join_split import add_job_args, job, make_engine
+from bench.profile_round import profile_pass
 from workers import launch
 
 # the step's parts and the join's own calls whose callees are printed
@@ -42,12 +41,7 @@ def main() -> None:
     for name in args.engines.split(","):
         engine = make_engine(name, args.model_dir, B)
         engine.generate(prompts, sp)  # kernels built, graphs cached
-        prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        prof.enable()
-        engine.generate(prompts, sp)
-        prof.disable()
-        wall = time.perf_counter() - t0
+        prof, wall = profile_pass(engine, prompts, sp)
         report.write(f"\n==== {name}: B={B}, profiled pass {wall:.3f} s ====\n")
         stats = pstats.Stats(prof, stream=report)
         stats.sort_stats("tottime").print_stats(args.lines)

@@ -15,6 +15,7 @@ import cProfile
 import pstats
 import time
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -67,18 +68,23 @@ def main() -> None:
 
     make().generate(prompts, sp)  # kernels for every shape
     engine = make()
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    engine.generate(prompts, sp)
-    prof.disable()
-    dt = time.perf_counter() - t0
+    prof, dt = profile_pass(engine, prompts, sp)
     rounds = len([s for s in engine.take_round_stats() if s.batch_size])
     print(f"{args.preset} B={B} drafter={args.drafter}: {dt / rounds * 1e3:.2f} ms per round")
     stats = pstats.Stats(prof)
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)
     mx.synchronize()
+
+
+def profile_pass(engine: Any, prompts: list, sp: Any) -> tuple[cProfile.Profile, float]:
+    """cProfile over one `engine.generate(prompts, sp)` pass: the profile, the pass's seconds."""
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    engine.generate(prompts, sp)
+    prof.disable()
+    return prof, time.perf_counter() - t0
 
 
 if __name__ == "__main__":
