@@ -1,12 +1,3 @@
-# Sourced by every job here (`bash .gpu3/job_*.sh` from the repository root on the device, after
-# .gpu1/stage.sh, .gpu2a/stage.sh and .gpu2/finish.sh set up MLX's CUDA build): this tree copied
-# to /root/t37 and entered, a carried tree of the commit before a change moved to /root/before,
-# the trained hybrid at $T (made by job_s37_train.sh, or unpacked from .gpu3/model), the card named.
-source /root/mlxgpu/env.sh
-rm -rf /root/t37 && cp -r . /root/t37 && cd /root/t37
-if [ -d .gpu3/tree_before ]; then rm -rf /root/before && mv .gpu3/tree_before /root/before; fi
-export PYTHONUNBUFFERED=1
-T=/root/q35t
-[ -d $T ] || (cat .gpu3/model/q35t.tar.xz.part.* | tar -xJf - -C /root)
-rm -rf .gpu3/model
-nvidia-smi --query-gpu=name --format=csv,noheader
+# Sourced by every job here (from the repository root on the device): bench/device_setup.sh,
+# this tree in /root/t37.
+source bench/device_setup.sh t37

@@ -1,12 +1,3 @@
-# Sourced by every job here (`bash .gpu3/job_*.sh` from the repository root on the device, after
-# .gpu1/stage.sh, .gpu2a/stage.sh and .gpu2/finish.sh set up MLX's CUDA build): this tree copied
-# to /root/t38 and entered, a carried tree of the commit before a change moved to /root/before,
-# the trained hybrid at $T (unpacked from .gpu3/model, made by s37's job_s37_train.sh), the card named.
-source /root/mlxgpu/env.sh
-rm -rf /root/t38 && cp -r . /root/t38 && cd /root/t38
-if [ -d .gpu3/tree_before ]; then rm -rf /root/before && mv .gpu3/tree_before /root/before; fi
-export PYTHONUNBUFFERED=1
-T=/root/q35t
-[ -d $T ] || (cat .gpu3/model/q35t.tar.xz.part.* | tar -xJf - -C /root)
-rm -rf .gpu3/model
-nvidia-smi --query-gpu=name --format=csv,noheader
+# Sourced by every job here (from the repository root on the device): bench/device_setup.sh,
+# this tree in /root/t38.
+source bench/device_setup.sh t38
