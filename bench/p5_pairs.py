@@ -107,6 +107,18 @@ def on_off_summary(runs: dict[str, list[float]]) -> dict:
     }
 
 
+def ab_join(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
+    """Per repeat: plain and MTP passes with rows leaving and joining after a settle (off:
+    as before stop 41), then routed through the launcher thread without one (on), in place."""
+    runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
+    for _ in range(pairs):
+        for state in ("off", "on"):
+            for name, engine in (("plain", plain), ("mtp", mtp)):
+                engine.route_joins = state == "on"
+                runs[f"{name}_{state}"].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+    return on_off_summary(runs)
+
+
 def ab_launch(make, prompts, sp, pairs: int) -> dict:
     """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on;
     each engine built with the setting (it is read at construction), all four in one process."""
@@ -205,6 +217,9 @@ def main() -> None:
     ap.add_argument("--ab-rows-max", type=int,
                     help="each pair twice, the per-row gemv route up to its ROWS_MAX rows then up "
                     "to this many (off / on in the output)")  # fmt: skip
+    ap.add_argument("--ab-join", action="store_true",
+                    help="instead of the pairs: plain and MTP with rows leaving and joining after "
+                    "a settle (off) and routed through the launcher thread (on), in turns")  # fmt: skip
     ap.add_argument("--ab-launch", action="store_true",
                     help="instead of the pairs: plain and MTP with workers/launch.py's launcher "
                     "thread off and on, in turns (engines built with each setting)")  # fmt: skip
@@ -251,6 +266,10 @@ def main() -> None:
         )
         for engine in (plain, mtp):  # warm: every shape's kernels and graphs built once
             engine.generate(prompts, sp)
+        if args.ab_join:
+            rows[f"{B} join"] = ab_join(plain, mtp, prompts, sp, args.pairs)
+            print(f"{args.label} B={B}: {json.dumps(rows[f'{B} join']['summary'])}", flush=True)
+            continue
         if args.ab_row_linear or args.ab_rows_max:
             rows[f"{B} row_linear"] = ab_row_linear(
                 plain, mtp, prompts, sp, args.pairs, args.ab_rows_max

@@ -286,8 +286,14 @@ class Engine(Membership):
             launcher.idle()  # launched here: the last launch must be done with the stream
             launcher = None
         t0 = time.perf_counter()  # after that wait (see launch_s below)
+        # Routed, the whole step hands its evaluations to the launcher thread in order (the
+        # round's launch, a joiner's prefill chunks): rows leave and join without waiting for
+        # the launch to be encoded (`Membership.settle_unrouted`).
         with launcher.routing() if launcher is not None else contextlib.nullcontext():
-            launched = self._launch() if self.rows else None
+            return self._launch_collect_admit(stats, t0)
+
+    def _launch_collect_admit(self, stats: RoundStats, t0: float) -> list[RequestOutput]:
+        launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
             # Not the waits for the launcher thread to finish the launch before (the hand-off's,

@@ -48,4 +48,7 @@ def generate(
                     error=ev.error,
                     num_cached_tokens=ev.num_cached_tokens,
                 )
+    # The last step may return with its launch (a round computing finished rows, discarded
+    # later) still encoding on the launcher thread: the caller's next MLX work waits for none.
+    engine.settle()
     return [done[i] for i in ids]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from workers import launch
 from workers.kv_cache import STEP, BatchCache
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ class PrefixCache:
             layer.key_parts, layer.value_parts = [k[i] for k in all_k], [v[i] for v in all_v]
         cache.lengths = cached.copy()
         cache.lengths_mx = mx.array(cached.astype(np.int32))
-        mx.async_eval(all_k, all_v)
+        launch.async_eval(all_k, all_v)  # through the launcher thread where the step routes
         return cached
 
     def hidden_of(self, chain: Sequence[_Block], start: int) -> mx.array | None:
@@ -240,8 +241,9 @@ class PrefixCache:
             parent = block.id
         for bid in reversed(chain):  # the root ends most recent, as in lookup
             self._lru.move_to_end(bid)
-        # Launched, not waited for (a wait would also wait for the round in flight).
-        mx.async_eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
+        # Launched, not waited for (a wait would also wait for the round in flight); through the
+        # launcher thread where the step routes.
+        launch.async_eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
 
     def _copy_block(
         self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int,
