@@ -57,6 +57,10 @@ from workers.warm_up import warm_up
 
 
 class Engine(Membership):
+    # False: rows leave and join a routed batch as before stop 41, unrouted after a settle
+    # (bench/p5_pairs.py --ab-join compares the two in one process)
+    route_joins = True
+
     def __init__(
         self,
         model: LanguageModel,
@@ -191,13 +195,16 @@ class Engine(Membership):
             return self._step()
         except BaseException:
             self._launcher.idle()  # a launch handed over may be encoding: the caller is next
+            self._launcher.take_unread_error()  # this step's error stands for a prefill's too
             raise
 
     def settle(self) -> None:
         """Wait until the round last handed to the launcher thread is encoded: after it, this
-        thread may evaluate again (the launcher evaluates on the stream its ops use)."""
+        thread may evaluate again (the launcher evaluates on the stream its ops use). Raises a
+        failed launch that nobody reads (a join's prefill: `launch.evaluate_behind`)."""
         if self._launcher is not None:
             self._launcher.idle()
+            self._launcher.raise_unread()
 
     def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()
@@ -286,14 +293,8 @@ class Engine(Membership):
             launcher.idle()  # launched here: the last launch must be done with the stream
             launcher = None
         t0 = time.perf_counter()  # after that wait (see launch_s below)
-        # Routed, the whole step hands its evaluations to the launcher thread in order (the
-        # round's launch, a joiner's prefill chunks): rows leave and join without waiting for
-        # the launch to be encoded (`Membership.settle_unrouted`).
-        with launcher.routing() if launcher is not None else contextlib.nullcontext():
-            return self._launch_collect_admit(stats, t0)
-
-    def _launch_collect_admit(self, stats: RoundStats, t0: float) -> list[RequestOutput]:
-        launched = self._launch() if self.rows else None
+        with _routing(launcher):
+            launched = self._launch() if self.rows else None
         t1 = time.perf_counter()
         if launched is not None:
             # Not the waits for the launcher thread to finish the launch before (the hand-off's,
@@ -306,13 +307,16 @@ class Engine(Membership):
             launched.launch_s = t1 - t0 - prev_wait - handoff
         events: list[RequestOutput] = []
         flight, self._flight = self._flight, launched
-        if flight is not None:
-            events += self._collect(flight, stats)
-            events += [e for r in self.rows if (e := r.take_event()) is not None]
-            events += self._drop_finished()  # finished in N: their N+1 slots are discarded
-        t2 = time.perf_counter()
-        if self.rows or self.waiting:
-            self._admit(stats)  # joiners prefill now and join round N+2
+        # Rows leave and join routed too: what a join evaluates (its prefill) then queues behind
+        # the launch, and neither waits for it (Membership.settle_unless_routed).
+        with _routing(launcher if self.route_joins else None):
+            if flight is not None:
+                events += self._collect(flight, stats)
+                events += [e for r in self.rows if (e := r.take_event()) is not None]
+                events += self._drop_finished()  # finished in N: their N+1 slots are discarded
+            t2 = time.perf_counter()
+            if self.rows or self.waiting:
+                self._admit(stats)  # joiners prefill now and join round N+2
         if flight is not None and self.depth_policy is not None:
             # Round N's cost: building and launching it (last step) plus waiting for and
             # emitting it (this step). This step's launch belongs to N+1, whose depth may
@@ -408,3 +412,8 @@ class Engine(Membership):
             self.model, self.cache, window, valid, self._post_norm
         )
         return logits
+
+
+def _routing(launcher: Launcher | None) -> contextlib.AbstractContextManager[None]:
+    """Launches inside go through `launcher` (workers/launch.py); None: MLX's own calls."""
+    return launcher.routing() if launcher is not None else contextlib.nullcontext()

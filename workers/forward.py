@@ -61,13 +61,11 @@ def prefill_chunk(
     step_size: int,
     want_hidden: bool = False,
     post_norm: bool = False,
-    launch_now: bool = True,
 ) -> mx.array | None:
     """Append tokens [start, start + step_size) of each row's sequence to its cache.
 
     With want_hidden, returns their hidden states [B, W, H] (for MTP drafters; pre-norm, or
-    post-norm with post_norm). Without launch_now the chunk stays lazy: whatever evaluates the
-    cache next (the round its rows join) runs it.
+    post-norm with post_norm).
     """
     windows = [s[start : start + step_size] for s in sequences]
     # Where each new shape is a graph build (MLX CUDA: cache.span > 1), the chunk's width
@@ -82,10 +80,9 @@ def prefill_chunk(
         forward_window(model, cache, tokens, valid)
     cache.commit(valid)
     # Launch now so each chunk's graph is freed before the next one, without waiting for it:
-    # with rows decoding, a wait here is also a wait for the round in flight. Through the
-    # launcher thread where the step routes (workers/launch.py).
-    if launch_now:
-        launch.async_eval(cache.state_arrays(), [] if hidden is None else [hidden])
+    # with rows decoding, a wait here is also a wait for the round in flight. Where the step
+    # routes through a launcher thread, queued behind its launch (workers/launch.py).
+    launch.evaluate_behind(cache.state_arrays(), [] if hidden is None else [hidden])
     return hidden
 
 

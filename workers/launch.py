@@ -19,11 +19,16 @@ routes through the launcher (`routing`):
 - `async_eval` hands arrays to the launcher thread, in order, and returns a `Ticket`;
 - launched arrays are read with `Ticket.read`: after its launch a read only waits for the
   compute (`array::eval` of a scheduled array touches no stream), and reads arrays no later
-  graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads.
-The engine does nothing else while a launch may be running: before leaving rows or admitting
-new ones it waits (`idle`). A step may return with its launch still being encoded, so other
-MLX work on the engine's thread between steps waits first (`Engine.settle()`); the service's
-engine loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle. (Stop 32's
+  graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads;
+- `evaluate_behind` queues arrays nobody reads back (a joiner's prefill chunk, prefix-cache
+  copies: launched only to free their graphs) behind the launches before them, without
+  waiting for the thread to take them; a failure of one raises at the next hand-off or
+  `Engine.settle()`, before anything built on its arrays launches.
+Only graph building runs beside a launch: rows leave (a gather of the cache) and join (the
+prefill queued behind the round) without waiting for it (workers/engine.py
+`_pipelined_step`). A step may return with its launch still being encoded, so other MLX work
+on the engine's thread between steps waits first (`Engine.settle()`); the service's engine
+loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle. (Stop 32's
 full-suite segfaults were such work: a benchmark's timing wrappers, leaked into later tests,
 evaluated inside the rounds an engine built; bench/results/s32/README.md.)
 Elsewhere these are MLX's own calls.
@@ -50,13 +55,18 @@ _local = threading.local()  # .launcher: the Launcher the step on this thread ro
 class Ticket:
     """One launch: set once the launcher thread has scheduled every array it covers."""
 
-    def __init__(self) -> None:
+    def __init__(self, unread: bool = False) -> None:
+        self.unread = unread  # queued by `queue_behind`: nobody reads it
         self._started = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
         # Seconds the hand-off waited for the launcher thread to finish the launch before
         # (its encode, a graph switch or build for a new shape among it)
         self.handoff_s = 0.0
+
+    def failed(self) -> BaseException | None:
+        """The launch's error once it is done (None while it runs or if it succeeded)."""
+        return self._error if self._done.is_set() else None
 
     def wait(self) -> None:
         self._done.wait()
@@ -77,6 +87,11 @@ class Launcher:
         self._queue: queue.SimpleQueue[tuple[list, Ticket]] = queue.SimpleQueue()
         self._last = Ticket()
         self._last._done.set()
+        self._unread: list[Ticket] = []  # evaluate_behind's launches not known to have succeeded
+        # Set by the launcher thread when an unread launch fails: the launches queued after it
+        # build on arrays it may have left scheduled but never computed, so they fail with it
+        # until the engine thread has raised the error (`raise_unread`).
+        self._poisoned: BaseException | None = None
         threading.Thread(target=self._run, name="specfleet-launcher", daemon=True).start()
 
     def _run(self) -> None:
@@ -84,13 +99,18 @@ class Launcher:
             arrays, ticket = self._queue.get()
             ticket._started.set()
             try:
+                if self._poisoned is not None:
+                    raise self._poisoned
                 mx.async_eval(*arrays)
-            except BaseException as e:  # raised to whoever reads the ticket's round
+            except BaseException as e:  # raised where the round is read, or by raise_unread
                 ticket._error = e
+                if ticket.unread:
+                    self._poisoned = e
             ticket._done.set()
             del arrays, ticket  # a failed launch's graph must not stay pinned here
 
     def launch(self, arrays: list) -> Ticket:
+        self.raise_unread()  # nothing launches on arrays a failed launch left unscheduled
         ticket = self._last = Ticket()
         self._queue.put((arrays, ticket))
         # Wait for the launcher thread to take it: it needs the GIL to, and an engine thread
@@ -102,9 +122,35 @@ class Launcher:
         ticket.handoff_s = time.perf_counter() - t0
         return ticket
 
+    def queue_behind(self, arrays: list) -> None:
+        """Queue a launch nobody reads (`evaluate_behind`), without waiting for the thread to
+        take it: the next launch's hand-off or a settle waits for it anyway."""
+        self.raise_unread()
+        ticket = self._last = Ticket(unread=True)
+        self._unread.append(ticket)
+        self._queue.put((arrays, ticket))
+
+    def raise_unread(self) -> None:
+        """Raise the error of a finished `queue_behind` launch, if one failed: it has no reader,
+        and what later graphs build on its arrays must not launch."""
+        if (error := self.take_unread_error()) is not None:
+            raise error
+
+    def take_unread_error(self) -> BaseException | None:
+        """The error of a finished `queue_behind` launch that failed, if any; taking it ends
+        the poisoning once every launch queued after it has failed with it."""
+        finished = [t for t in self._unread if t._done.is_set()]
+        self._unread = [t for t in self._unread if not t._done.is_set()]
+        error = next((e for t in finished if (e := t.failed()) is not None), None)
+        if error is not None:
+            self._last._done.wait()
+            self._unread, self._poisoned = [], None
+        return error
+
     def idle(self) -> None:
-        """Wait until every launch so far is scheduled. A failed launch raises where its round
-        is read (`Ticket.read`), not here: a later wait of anyone else's is no place for it."""
+        """Wait until every launch so far is scheduled. A failed round raises where it is read
+        (`Ticket.read`), not here: a later wait of anyone else's is no place for it. (A failed
+        `queue_behind` launch raises at `Engine.settle()`, which calls `raise_unread` after.)"""
         self._last._done.wait()
 
     def adopt(self) -> None:
@@ -214,3 +260,16 @@ def async_eval(*arrays: Any) -> Ticket | None:
         mx.async_eval(*arrays)
         return None
     return launcher.launch(list(arrays))
+
+
+def evaluate_behind(*arrays: Any) -> None:
+    """mx.async_eval of arrays nobody reads back, launched only so that their graph is freed
+    (a prefill chunk, prefix-cache copies, an MTP head chunk): through the routing launcher
+    without waiting for it (`Launcher.queue_behind`), else at once. Lists may be empty."""
+    if not any(len(a) if isinstance(a, list | tuple) else 1 for a in arrays):
+        return
+    launcher: Launcher | None = getattr(_local, "launcher", None)
+    if launcher is None:
+        mx.async_eval(*arrays)
+    else:
+        launcher.queue_behind(list(arrays))

@@ -107,7 +107,8 @@ class Membership:
         # A prefill evaluates, so unrouted it settles first (the launcher's last launch), but
         # only where a prefill starts or advances: with a queue and every slot taken (served
         # traffic) nothing joins, and a wait every step would serialise the next round's launch
-        # with this step's host work. Routed, its chunks queue behind that launch instead.
+        # with this step's host work. Routed, its chunks queue behind that launch instead (and
+        # time_prefill_s is the host's building of them alone).
         if self._prefill is None:
             if len(self.rows) >= self.config.max_batch_size:
                 return  # a full batch: the queue waits (served traffic's steady state)
@@ -117,7 +118,7 @@ class Membership:
             )  # fmt: skip
             if not joining:
                 return
-            self.settle_unrouted()
+            self.settle_unless_routed()
             tail = joining_tail(
                 self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
             )
@@ -125,15 +126,12 @@ class Membership:
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
         else:
-            self.settle_unrouted()
+            self.settle_unless_routed()
         p = self._prefill
         t0 = time.perf_counter()
-        # Routed (a launcher thread launches this step's round), the chunk that completes the
-        # prefill is left to the launch of the round its rows join: launched on its own, its
-        # hand-off would wait for the launcher to finish the round before.
         done = p.advance(
             self.model, self.config.prefill_step_size, self._post_norm,
-            one_chunk=bool(self.rows), lazy_last=self._joins_routed(),
+            one_chunk=bool(self.rows),
         )  # fmt: skip
         stats.time_prefill_s = time.perf_counter() - t0
         if not done:
@@ -155,7 +153,7 @@ class Membership:
         keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
         if len(keep) == len(self.rows):
             return []
-        self.settle_unrouted()  # the batch changes (a gather of the cache: no evaluation)
+        self.settle_unless_routed()  # the batch changes
         events = []
         for r in self.rows:
             if r.is_finished:
@@ -173,21 +171,14 @@ class Membership:
         """Wait until a round handed to a launcher thread is encoded (the engine's)."""
         raise NotImplementedError
 
-    # False: rows leave and join as before stop 41, after a settle, each prefill chunk launched
-    # at once (bench/p5_pairs.py --ab-join compares the two in one process)
-    route_joins = True
-
-    def _joins_routed(self) -> bool:
-        return self.route_joins and launch.routed()
-
-    def settle_unrouted(self) -> None:
-        """Settle before the batch changes, unless the step routes its evaluations through the
-        launcher thread (workers/launch.py): rows leaving and joining only build graphs, and a
-        joiner's prefill evaluates there, in order behind the launch. Its last chunk is not
-        launched at all but runs with the next round's launch (`Prefill.advance`), so a join
-        waits for no launch: on the H200 a settle and the prefill's encode on this thread were
-        ~6 of a depth-3 join step's ~15 ms (bench/results/s40)."""
-        if not self._joins_routed():
+    def settle_unless_routed(self) -> None:
+        """Settle before the batch changes, unless the step routes its evaluations through a
+        launcher thread (workers/launch.py): then a leaving row's cache gather only builds a
+        graph, and whatever a join evaluates (its prefill chunks, prefix-cache copies) is
+        queued behind the launch without a wait (`launch.evaluate_behind`). On the H200 the
+        settle and the prefill's encode on this thread were ~6 of a depth-3 join step's ~15 ms
+        (bench/results/s40)."""
+        if not launch.routed():
             self.settle()
 
     def _forget(self, request_id: str) -> None:

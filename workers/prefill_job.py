@@ -63,14 +63,10 @@ class Prefill:
     def remainders(self) -> list[list[int]]:
         return [r.history[c:-1] for r, c in zip(self.rows, self.cached.tolist())]
 
-    def advance(
-        self, model: LanguageModel, step: int, post_norm: bool, one_chunk: bool,
-        lazy_last: bool = False,
-    ) -> bool:  # fmt: skip
+    def advance(self, model: LanguageModel, step: int, post_norm: bool, one_chunk: bool) -> bool:
         """Prefill the next chunk (`one_chunk`: other rows are decoding) or all that is left;
         True once every row's uncached history but its last token is in the cache (the next
-        verify consumes that one). With `lazy_last` the chunk that completes it is not
-        launched: the launch of the round its rows join runs it."""
+        verify consumes that one)."""
         seqs = self.remainders()
         longest = max(len(s) for s in seqs)
         while self.done < longest:
@@ -78,10 +74,7 @@ class Prefill:
             want = bool(self.tail) and end > self.hidden_from
             if want and self.done < self.hidden_from and self.cut_at_window:
                 end, want = self.hidden_from, False  # no hidden before hidden_from
-            lazy = lazy_last and end >= longest
-            h = prefill_chunk(
-                model, self.cache, seqs, self.done, end - self.done, want, post_norm, not lazy
-            )
+            h = prefill_chunk(model, self.cache, seqs, self.done, end - self.done, want, post_norm)
             if h is not None:
                 self.hidden.append(h[:, max(0, self.hidden_from - self.done) :])
             self.done = end

@@ -174,7 +174,7 @@ class PrefixCache:
             layer.key_parts, layer.value_parts = [k[i] for k in all_k], [v[i] for v in all_v]
         cache.lengths = cached.copy()
         cache.lengths_mx = mx.array(cached.astype(np.int32))
-        launch.async_eval(all_k, all_v)  # through the launcher thread where the step routes
+        launch.evaluate_behind(all_k, all_v)  # queued behind a launcher's launch where routed
         return cached
 
     def hidden_of(self, chain: Sequence[_Block], start: int) -> mx.array | None:
@@ -241,9 +241,11 @@ class PrefixCache:
             parent = block.id
         for bid in reversed(chain):  # the root ends most recent, as in lookup
             self._lru.move_to_end(bid)
-        # Launched, not waited for (a wait would also wait for the round in flight); through the
-        # launcher thread where the step routes.
-        launch.async_eval([a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None])
+        # Launched, not waited for (a wait would also wait for the round in flight); queued
+        # behind a launcher's launch where the step routes.
+        launch.evaluate_behind(
+            [a for b in new for a in (*b.keys, *b.values, b.hidden) if a is not None]
+        )
 
     def _copy_block(
         self, key: tuple[int, tuple[int, ...]], layers: list, row: int, start: int,

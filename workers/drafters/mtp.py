@@ -125,12 +125,11 @@ class MTPDrafter:
                 new.set_window_valid(valid)
                 self._head_step(new.layers[0], h, tokens)
                 new.commit(valid)
-                # Free a chunk's graph before the next (launched, through the launcher thread
-                # where the step routes). The last stays lazy and runs with the first round
-                # that drafts from it: evaluating it here would make the host wait for the
-                # round in flight at every join.
+                # Free a chunk's graph before the next (launched, not waited for). The last
+                # stays lazy and runs with the first round that drafts from it: evaluating it
+                # here would make the host wait for the round in flight at every join.
                 if start + self.prefill_step_size < longest:
-                    launch.async_eval(new.state_arrays())
+                    launch.evaluate_behind(new.state_arrays())
         self.cache.append(new)
         self.histories.extend(histories)
         self.ready = np.concatenate([self.ready, np.zeros(n, dtype=bool)])

@@ -77,9 +77,9 @@ def test_an_mtp_prefill_keeps_hidden_for_the_heads_window_only(cut, chunks):
     assert job.hidden_from == 15  # min over rows of (19 - 4, 22 - 4)
     calls = []
 
-    def spy(model, cache, seqs, start, step, want, post_norm, *launch_now):  # type: ignore[no-untyped-def]
+    def spy(model, cache, seqs, start, step, want, post_norm):  # type: ignore[no-untyped-def]
         calls.append((start, step, want))
-        return prefill_chunk(model, cache, seqs, start, step, want, post_norm, *launch_now)
+        return prefill_chunk(model, cache, seqs, start, step, want, post_norm)
 
     import workers.prefill_job as pj
 
