@@ -282,31 +282,28 @@ def test_routed_joins_with_chunked_prefills_and_the_prefix_cache_match_the_refer
         assert_matches(tokens[f"r{i}"], reference_greedy(target, p, n), f"row {i}")
 
 
-def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(monkeypatch):
+def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(launched):
     """A joiner's prefill chunk is launched behind the round and nobody reads it: when its
-    launch fails, the engine thread raises that error at its next hand-off (before a round
-    built on what it left unscheduled launches), within seconds, and the process's launcher
-    takes later engines' launches again."""
+    launch fails, the engine thread raises that error within seconds (at its next hand-off, or
+    where a round launched after it, failing with it, is read), and the process's launcher then
+    serves a fresh engine's rounds again."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2, prefill_step_size=8)
     marker = mx.array(0)
     mx.eval(marker)
     real_behind, real_eval = launch.Launcher.queue_behind, mx.async_eval
-    monkeypatch.setattr(launch.Launcher, "queue_behind",
-                        lambda self, arrays: real_behind(self, [*arrays, marker]))  # fmt: skip
 
     def failing(*arrays):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "specfleet-launcher" and arrays[-1] is marker:
             raise RuntimeError("prefill launch failed")
         return real_eval(*arrays)
 
-    monkeypatch.setattr(mx, "async_eval", failing)
     prompts = mixed_prompts(2, seed=2, lengths=[5, 30])
-    engine.add_request("a", prompts[0], SamplingParams(max_tokens=30))
     outcome: dict = {}
 
     def run() -> None:
         try:
+            engine.add_request("a", prompts[0], SamplingParams(max_tokens=30))
             engine.step()  # a's prefill (no round running: not routed)
             engine.step()  # a's first round, launched from the thread
             engine.add_request("b", prompts[1], SamplingParams(max_tokens=4))
@@ -315,14 +312,19 @@ def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(mo
         except RuntimeError as e:
             outcome["error"] = str(e)
 
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(60)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(launch.Launcher, "queue_behind",
+                   lambda self, arrays: real_behind(self, [*arrays, marker]))  # fmt: skip
+        mp.setattr(mx, "async_eval", failing)
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(60)
     assert not t.is_alive(), "the engine hung after a failed launch"
     assert outcome.get("error") == "prefill launch failed", outcome
-    monkeypatch.undo()
+    before = len(launched)
     fresh = Engine(target, max_batch_size=2)
     outs = fresh.generate(prompts, SamplingParams(max_tokens=6))
+    assert len(launched) > before  # the fresh engine's rounds went through the same thread
     for i, (o, p) in enumerate(zip(outs, prompts)):
         assert_matches(o.tokens, reference_greedy(target, p, 6), f"row {i}")
 
