@@ -199,9 +199,10 @@ class Engine(Membership):
             raise
 
     def settle(self) -> None:
-        """Wait until the round last handed to the launcher thread is encoded: after it, this
-        thread may evaluate again (the launcher evaluates on the stream its ops use). Raises a
-        failed launch that nobody reads (a join's prefill: `launch.evaluate_behind`)."""
+        """Wait until the launch last handed to the launcher thread (a round, or a join's
+        prefill queued behind one) is encoded: after it, this thread may evaluate again (the
+        launcher evaluates on the stream its ops use). Raises a failed launch that nobody reads
+        (`launch.evaluate_behind`)."""
         if self._launcher is not None:
             self._launcher.idle()
             self._launcher.raise_unread()
@@ -290,7 +291,7 @@ class Engine(Membership):
         """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
         launcher, rows_min = self._launcher, self._launch_rows
         if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
-            launcher.idle()  # launched here: the last launch must be done with the stream
+            self.settle()  # launched here: the last launch must be done (and must not have failed)
             launcher = None
         t0 = time.perf_counter()  # after that wait (see launch_s below)
         with _routing(launcher):

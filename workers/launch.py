@@ -22,8 +22,9 @@ routes through the launcher (`routing`):
   graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads;
 - `evaluate_behind` queues arrays nobody reads back (a joiner's prefill chunk, prefix-cache
   copies: launched only to free their graphs) behind the launches before them, without
-  waiting for the thread to take them; a failure of one raises at the next hand-off or
-  `Engine.settle()`, before anything built on its arrays launches.
+  waiting for the thread to take them. When one fails, every launch queued after it fails
+  with its error without running (they may build on arrays it left scheduled but never
+  computed), until the engine thread raises it: at its next hand-off or `Engine.settle()`.
 Only graph building runs beside a launch: rows leave (a gather of the cache) and join (the
 prefill queued behind the round) without waiting for it (workers/engine.py
 `_pipelined_step`). A step may return with its launch still being encoded, so other MLX work
@@ -56,17 +57,13 @@ class Ticket:
     """One launch: set once the launcher thread has scheduled every array it covers."""
 
     def __init__(self, unread: bool = False) -> None:
-        self.unread = unread  # queued by `queue_behind`: nobody reads it
+        self.unread = unread  # queued by `queue_behind`: nobody reads it, a failure poisons
         self._started = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
         # Seconds the hand-off waited for the launcher thread to finish the launch before
         # (its encode, a graph switch or build for a new shape among it)
         self.handoff_s = 0.0
-
-    def failed(self) -> BaseException | None:
-        """The launch's error once it is done (None while it runs or if it succeeded)."""
-        return self._error if self._done.is_set() else None
 
     def wait(self) -> None:
         self._done.wait()
@@ -87,10 +84,9 @@ class Launcher:
         self._queue: queue.SimpleQueue[tuple[list, Ticket]] = queue.SimpleQueue()
         self._last = Ticket()
         self._last._done.set()
-        self._unread: list[Ticket] = []  # evaluate_behind's launches not known to have succeeded
         # Set by the launcher thread when an unread launch fails: the launches queued after it
-        # build on arrays it may have left scheduled but never computed, so they fail with it
-        # until the engine thread has raised the error (`raise_unread`).
+        # may build on arrays it left scheduled but never computed, so they fail with its error
+        # without running until the engine thread takes it (`take_unread_error`).
         self._poisoned: BaseException | None = None
         threading.Thread(target=self._run, name="specfleet-launcher", daemon=True).start()
 
@@ -98,19 +94,20 @@ class Launcher:
         while True:
             arrays, ticket = self._queue.get()
             ticket._started.set()
-            try:
-                if self._poisoned is not None:
-                    raise self._poisoned
-                mx.async_eval(*arrays)
-            except BaseException as e:  # raised where the round is read, or by raise_unread
-                ticket._error = e
-                if ticket.unread:
-                    self._poisoned = e
+            if self._poisoned is not None:
+                ticket._error = self._poisoned
+            else:
+                try:
+                    mx.async_eval(*arrays)
+                except BaseException as e:  # raised where the round is read, or by raise_unread
+                    ticket._error = e
+                    if ticket.unread:
+                        self._poisoned = e
             ticket._done.set()
             del arrays, ticket  # a failed launch's graph must not stay pinned here
 
     def launch(self, arrays: list) -> Ticket:
-        self.raise_unread()  # nothing launches on arrays a failed launch left unscheduled
+        self.raise_unread()  # nothing launches after a failed launch nobody reads
         ticket = self._last = Ticket()
         self._queue.put((arrays, ticket))
         # Wait for the launcher thread to take it: it needs the GIL to, and an engine thread
@@ -127,24 +124,22 @@ class Launcher:
         take it: the next launch's hand-off or a settle waits for it anyway."""
         self.raise_unread()
         ticket = self._last = Ticket(unread=True)
-        self._unread.append(ticket)
         self._queue.put((arrays, ticket))
 
     def raise_unread(self) -> None:
-        """Raise the error of a finished `queue_behind` launch, if one failed: it has no reader,
-        and what later graphs build on its arrays must not launch."""
+        """Raise the error of a `queue_behind` launch that failed, if one has: it has no
+        reader, and nothing built on its arrays may launch."""
         if (error := self.take_unread_error()) is not None:
             raise error
 
     def take_unread_error(self) -> BaseException | None:
-        """The error of a finished `queue_behind` launch that failed, if any; taking it ends
-        the poisoning once every launch queued after it has failed with it."""
-        finished = [t for t in self._unread if t._done.is_set()]
-        self._unread = [t for t in self._unread if not t._done.is_set()]
-        error = next((e for t in finished if (e := t.failed()) is not None), None)
-        if error is not None:
-            self._last._done.wait()
-            self._unread, self._poisoned = [], None
+        """The error of a `queue_behind` launch that failed, if one has; taking it ends the
+        poisoning once every launch queued after it has failed with it (only this thread
+        queues, so none is queued meanwhile)."""
+        if self._poisoned is None:
+            return None
+        self._last._done.wait()
+        error, self._poisoned = self._poisoned, None
         return error
 
     def idle(self) -> None:

@@ -126,8 +126,7 @@ class MTPDrafter:
                 self._head_step(new.layers[0], h, tokens)
                 new.commit(valid)
                 # Free a chunk's graph before the next (launched, not waited for). The last
-                # stays lazy and runs with the first round that drafts from it: evaluating it
-                # here would make the host wait for the round in flight at every join.
+                # stays lazy and runs with the first round that drafts from it.
                 if start + self.prefill_step_size < longest:
                     launch.evaluate_behind(new.state_arrays())
         self.cache.append(new)

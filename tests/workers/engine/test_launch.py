@@ -7,7 +7,9 @@ finishing in different rounds (EOS, max_tokens, stop sequences across windows), 
 a round is in flight, joins between in-flight rounds, logprobs, sampled joiners switching the
 batch to synchronous rounds, each against mlx-lm's single-sequence decode or the synchronous
 engine. Each of those tests must also have launched from the thread (`launched` below). Then
-what the thread adds: weights left lazy by the caller, a failing launch, and the row threshold.
+what the thread adds: weights left lazy by the caller, a failing launch, and the row threshold;
+and rows leaving and joining a routed batch without a settle (a joiner's prefill and prefix-cache
+copies queued behind the round, a failure of theirs raised in the engine thread).
 """
 
 from __future__ import annotations
@@ -247,8 +249,8 @@ def test_rows_leave_and_join_a_routed_batch_with_no_settle(launched, route_joins
 def test_routed_joins_with_chunked_prefills_and_the_prefix_cache_match_the_reference(launched):
     """Requests join a running routed batch with prompts prefilled 8 tokens a chunk (several
     launches queued behind each round) and sharing prefixes (the prefix cache's copies are
-    queued too, then hit): no step with rows running settles, every queued launch went behind
-    the round without a hand-off wait, and every row's tokens are mlx-lm's."""
+    queued too, then hit): no step with rows running settles, at least ten launches were queued
+    behind rounds (`queue_behind`), and every row's tokens are mlx-lm's."""
     target = tiny_model("qwen3", seed=5, layers=2)
     rng = np.random.default_rng(7)
     base = rng.integers(0, VOCAB, size=40).tolist()
@@ -283,19 +285,26 @@ def test_routed_joins_with_chunked_prefills_and_the_prefix_cache_match_the_refer
 
 
 def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(launched):
-    """A joiner's prefill chunk is launched behind the round and nobody reads it: when its
-    launch fails, the engine thread raises that error within seconds (at its next hand-off, or
-    where a round launched after it, failing with it, is read), and the process's launcher then
-    serves a fresh engine's rounds again."""
+    """A joiner's prefill chunk is launched behind the round and nobody reads it. Here its launch
+    fails after 0.2 s, so the next round is queued behind it first: that round, and every launch
+    after the failure, fails with its error without running (they may build on what it left
+    scheduled but never computed) until the engine thread raises it, which it does within a
+    minute rather than hanging. The process's launcher then serves a fresh engine again."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2, prefill_step_size=8)
     marker = mx.array(0)
     mx.eval(marker)
     real_behind, real_eval = launch.Launcher.queue_behind, mx.async_eval
+    failed, raised, ran_after = threading.Event(), threading.Event(), []
 
     def failing(*arrays):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name == "specfleet-launcher" and arrays[-1] is marker:
-            raise RuntimeError("prefill launch failed")
+        if threading.current_thread().name == "specfleet-launcher":
+            if arrays[-1] is marker:
+                time.sleep(0.2)
+                failed.set()
+                raise RuntimeError("prefill launch failed")
+            if failed.is_set() and not raised.is_set():
+                ran_after.append(len(arrays))
         return real_eval(*arrays)
 
     prompts = mixed_prompts(2, seed=2, lengths=[5, 30])
@@ -308,8 +317,9 @@ def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(la
             engine.step()  # a's first round, launched from the thread
             engine.add_request("b", prompts[1], SamplingParams(max_tokens=4))
             for _ in range(20):
-                engine.step()  # b's prefill chunks are queued behind a's rounds and fail
+                engine.step()  # b's first chunk is queued behind a's round and fails
         except RuntimeError as e:
+            raised.set()
             outcome["error"] = str(e)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -321,6 +331,7 @@ def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(la
         t.join(60)
     assert not t.is_alive(), "the engine hung after a failed launch"
     assert outcome.get("error") == "prefill launch failed", outcome
+    assert not ran_after, f"{len(ran_after)} launches ran after the failed one"
     before = len(launched)
     fresh = Engine(target, max_batch_size=2)
     outs = fresh.generate(prompts, SamplingParams(max_tokens=6))
