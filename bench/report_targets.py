@@ -136,6 +136,23 @@ def targets_section() -> list[str]:
         for c in ("0", "0.5")
         if (d := _load(f"s40/device/graphs/graphs2_base_s{c}.json"))
     ]
+    # s41: rows leaving and joining without a settle (a718623's first form f16b470), adaptive,
+    # each process a plain and an MTP pass in 3 pairs: served B = 1 / 4 (16 prompts), 8 / 16,
+    # then the closed batch at 8 / 16; and the final form's on-side (job e, B = 16, in one
+    # process with the old code in turns): closed batch, served
+    p5_s41 = [
+        d["batch"][b]["mtp_over_plain_median"]
+        for f, bs in (("served_b1_4", ("1", "4")), ("served_b8_16", ("8", "16")),
+                      ("closed_b8_16", ("8", "16")))
+        if (d := _load(f"s41/device/p5/p5_{f}.json"))
+        for b in bs
+    ]  # fmt: skip
+    p5_s41_final = [
+        d["batch"]["16 join"]["summary"]["mtp_over_plain_on"]
+        for c in ("0", "0.5")
+        if (d := _load(f"s41/device/join_final/join_final_s{c}.json"))
+    ]
+    eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
          for k in ("plain_tokens_per_s", "mtp_tokens_per_s")]
@@ -173,8 +190,9 @@ def targets_section() -> list[str]:
          f"0.87B {_fmt(p1_1)} (B=1 / 8)",
          _status(cpu_p1 + real_p1 + gpu_p1, 1.0)),
         ("P2", "efficiency ≥ 0.90 at B ≤ 8, ≥ 0.75 at B = 32",
-         f"H200 6.6B {_fmt(eff6)} (B=1 / 8 / 32), 0.87B {_fmt(eff1)} (B=1 / 8)",
-         f"B ≤ 8: {_status(p2, 0.90)}; B = 32: {_status(p2_32, 0.75)}"),
+         f"H200 6.6B {_fmt(eff6)} (B=1 / 8 / 32), 0.87B {_fmt(eff1)} (B=1 / 8); 6.6B again "
+         f"(s41, B=1 / 8) {_fmt(eff6_s41)}",
+         f"B ≤ 8: {_status(p2 + eff6_s41, 0.90)}; B = 32: {_status(p2_32, 0.75)}"),
         ("P3", "demo: single stream ≥ 1.8, batch job ≥ 1.2; in process MTP ÷ BatchGenerator "
          "at B=1 ≥ 1.8",
          f"demo single stream {_fmt(single)}, batch job {_fmt(batch)}; in process (single "
@@ -199,8 +217,12 @@ def targets_section() -> list[str]:
          f"{_fmt(p5_s38[0])}, depth 3 {_fmt(p5_s38[1])}; adaptive holding a drafted depth "
          f"(s39, B=8 / 16): served {_fmt(p5_s39[0])}, depth 3 {_fmt(p5_s39[1])}; closed batch "
          f"{_fmt(p5_s39[2])}, depth 3 {_fmt(p5_s39[3])}; again (s40, B=16, adaptive): closed "
-         f"batch / served {_fmt(p5_s40)}",
-         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40, 1.5)),
+         f"batch / served {_fmt(p5_s40)}; joins without a settle (s41, adaptive): served "
+         f"B=1 / 4 / 8 / 16 {_fmt(p5_s41[:4])}, closed B=8 / 16 {_fmt(p5_s41[4:])}; its final "
+         f"form in one process with the code before it (B=16): closed / served "
+         f"{_fmt(p5_s41_final)}",
+         _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
+                 + p5_s41 + p5_s41_final, 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
