@@ -195,17 +195,17 @@ class Engine(Membership):
             return self._step()
         except BaseException:
             self._launcher.idle()  # a launch handed over may be encoding: the caller is next
-            self._launcher.take_unread_error()  # this step's error stands for a prefill's too
+            self._launcher.take_failure()  # this step's error stands for any launch's
             raise
 
     def settle(self) -> None:
         """Wait until the launch last handed to the launcher thread (a round, or a join's
         prefill queued behind one) is encoded: after it, this thread may evaluate again (the
-        launcher evaluates on the stream its ops use). Raises a failed launch that nobody reads
-        (`launch.evaluate_behind`)."""
+        launcher evaluates on the stream its ops use). Raises a launch's failure, if one has
+        failed (a round, or a launch nobody reads: `launch.evaluate_behind`)."""
         if self._launcher is not None:
             self._launcher.idle()
-            self._launcher.raise_unread()
+            self._launcher.raise_failure()
 
     def _step(self) -> list[RequestOutput]:
         t0 = time.perf_counter()

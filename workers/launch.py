@@ -22,9 +22,12 @@ routes through the launcher (`routing`):
   graph takes as inputs (`Flight.host`), so the launcher never touches what the host reads;
 - `evaluate_behind` queues arrays nobody reads back (a joiner's prefill chunk, prefix-cache
   copies: launched only to free their graphs) behind the launches before them, without
-  waiting for the thread to take them. When one fails, every launch queued after it fails
-  with its error without running (they may build on arrays it left scheduled but never
-  computed), until the engine thread raises it: at its next hand-off or `Engine.settle()`.
+  waiting for the thread to take them.
+When a launch fails (a round, or one nobody reads), every launch queued after it fails with its
+error without running: they may build on arrays it left scheduled but never computed (the next
+round is built and launched before the failed one is read). The engine thread raises the error
+at its next hand-off or `Engine.settle()`, where the failed round is read, or takes it in the
+failed step's error handler; the thread then runs launches again.
 Only graph building runs beside a launch: rows leave (a gather of the cache) and join (the
 prefill queued behind the round) without waiting for it (workers/engine.py
 `_pipelined_step`). A step may return with its launch still being encoded, so other MLX work
@@ -56,8 +59,7 @@ _local = threading.local()  # .launcher: the Launcher the step on this thread ro
 class Ticket:
     """One launch: set once the launcher thread has scheduled every array it covers."""
 
-    def __init__(self, unread: bool = False) -> None:
-        self.unread = unread  # queued by `queue_behind`: nobody reads it, a failure poisons
+    def __init__(self) -> None:
         self._started = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -84,9 +86,9 @@ class Launcher:
         self._queue: queue.SimpleQueue[tuple[list, Ticket]] = queue.SimpleQueue()
         self._last = Ticket()
         self._last._done.set()
-        # Set by the launcher thread when an unread launch fails: the launches queued after it
-        # may build on arrays it left scheduled but never computed, so they fail with its error
-        # without running until the engine thread takes it (`take_unread_error`).
+        # Set by the launcher thread when a launch fails: the launches queued after it may build
+        # on arrays it left scheduled but never computed, so they fail with its error without
+        # running until the engine thread takes it (`take_failure`).
         self._poisoned: BaseException | None = None
         threading.Thread(target=self._run, name="specfleet-launcher", daemon=True).start()
 
@@ -99,15 +101,13 @@ class Launcher:
             else:
                 try:
                     mx.async_eval(*arrays)
-                except BaseException as e:  # raised where the round is read, or by raise_unread
-                    ticket._error = e
-                    if ticket.unread:
-                        self._poisoned = e
+                except BaseException as e:  # raised where the round is read, or by raise_failure
+                    ticket._error = self._poisoned = e
             ticket._done.set()
             del arrays, ticket  # a failed launch's graph must not stay pinned here
 
     def launch(self, arrays: list) -> Ticket:
-        self.raise_unread()  # nothing launches after a failed launch nobody reads
+        self.raise_failure()  # nothing is handed over after a failed launch
         ticket = self._last = Ticket()
         self._queue.put((arrays, ticket))
         # Wait for the launcher thread to take it: it needs the GIL to, and an engine thread
@@ -122,20 +122,20 @@ class Launcher:
     def queue_behind(self, arrays: list) -> None:
         """Queue a launch nobody reads (`evaluate_behind`), without waiting for the thread to
         take it: the next launch's hand-off or a settle waits for it anyway."""
-        self.raise_unread()
-        ticket = self._last = Ticket(unread=True)
+        self.raise_failure()
+        ticket = self._last = Ticket()
         self._queue.put((arrays, ticket))
 
-    def raise_unread(self) -> None:
-        """Raise the error of a `queue_behind` launch that failed, if one has: it has no
-        reader, and nothing built on its arrays may launch."""
-        if (error := self.take_unread_error()) is not None:
+    def raise_failure(self) -> None:
+        """Raise the error of a launch that failed, if one has: nothing built on its arrays may
+        be handed over (and a `queue_behind` launch has no reader to raise it)."""
+        if (error := self.take_failure()) is not None:
             raise error
 
-    def take_unread_error(self) -> BaseException | None:
-        """The error of a `queue_behind` launch that failed, if one has; taking it ends the
-        poisoning once every launch queued after it has failed with it (only this thread
-        queues, so none is queued meanwhile)."""
+    def take_failure(self) -> BaseException | None:
+        """The error of a launch that failed, if one has; taking it ends the poisoning once
+        every launch queued after it has failed with it (only this thread queues, so none is
+        queued meanwhile)."""
         if self._poisoned is None:
             return None
         self._last._done.wait()
@@ -143,9 +143,9 @@ class Launcher:
         return error
 
     def idle(self) -> None:
-        """Wait until every launch so far is scheduled. A failed round raises where it is read
-        (`Ticket.read`), not here: a later wait of anyone else's is no place for it. (A failed
-        `queue_behind` launch raises at `Engine.settle()`, which calls `raise_unread` after.)"""
+        """Wait until every launch so far is scheduled. A failure raises where its round is
+        read (`Ticket.read`), at the next hand-off, or at `Engine.settle()` (which calls
+        `raise_failure` after this): another engine's wait is no place for it."""
         self._last._done.wait()
 
     def adopt(self) -> None:

@@ -284,25 +284,36 @@ def test_routed_joins_with_chunked_prefills_and_the_prefix_cache_match_the_refer
         assert_matches(tokens[f"r{i}"], reference_greedy(target, p, n), f"row {i}")
 
 
-def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(launched):
-    """A joiner's prefill chunk is launched behind the round and nobody reads it. Here its launch
-    fails after 0.2 s, so the next round is queued behind it first: that round, and every launch
-    after the failure, fails with its error without running (they may build on what it left
-    scheduled but never computed) until the engine thread raises it, which it does within a
-    minute rather than hanging. The process's launcher then serves a fresh engine again."""
+@pytest.mark.parametrize("failing", ["prefill", "round"])
+def test_nothing_queued_after_a_failed_launch_runs_before_the_engine_raises(launched, failing):
+    """A launch fails after 0.2 s, so the next round is queued behind it first: a joiner's
+    prefill chunk queued behind the round (nobody reads it), or a round (the next round is
+    built on its arrays and launched before it is read). That round, and every launch after the
+    failure, fails with its error without running (they may build on what it left scheduled but
+    never computed) until the engine thread raises it, which it does within a minute rather
+    than hanging. The process's launcher then serves a fresh engine again."""
     target = tiny_model("qwen3", seed=5, layers=2)
     engine = Engine(target, max_batch_size=2, prefill_step_size=8)
     marker = mx.array(0)
     mx.eval(marker)
-    real_behind, real_eval = launch.Launcher.queue_behind, mx.async_eval
+    real_launch, real_behind, real_eval = (
+        launch.Launcher.launch,
+        launch.Launcher.queue_behind,
+        mx.async_eval,
+    )
+    rounds: list[int] = []
     failed, raised, ran_after = threading.Event(), threading.Event(), []
 
-    def failing(*arrays):  # type: ignore[no-untyped-def]
+    def launch_marking_the_second(self, arrays):  # type: ignore[no-untyped-def]
+        rounds.append(1)
+        return real_launch(self, [*arrays, marker] if len(rounds) == 2 else arrays)
+
+    def fail_marked(*arrays):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "specfleet-launcher":
             if arrays[-1] is marker:
                 time.sleep(0.2)
                 failed.set()
-                raise RuntimeError("prefill launch failed")
+                raise RuntimeError(f"{failing} launch failed")
             if failed.is_set() and not raised.is_set():
                 ran_after.append(len(arrays))
         return real_eval(*arrays)
@@ -317,20 +328,23 @@ def test_a_failed_prefill_launch_behind_the_round_raises_in_the_engine_thread(la
             engine.step()  # a's first round, launched from the thread
             engine.add_request("b", prompts[1], SamplingParams(max_tokens=4))
             for _ in range(20):
-                engine.step()  # b's first chunk is queued behind a's round and fails
+                engine.step()  # b's first chunk queued behind a's round, or a's second round
         except RuntimeError as e:
             raised.set()
             outcome["error"] = str(e)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(launch.Launcher, "queue_behind",
-                   lambda self, arrays: real_behind(self, [*arrays, marker]))  # fmt: skip
-        mp.setattr(mx, "async_eval", failing)
+        if failing == "prefill":
+            mp.setattr(launch.Launcher, "queue_behind",
+                       lambda self, arrays: real_behind(self, [*arrays, marker]))  # fmt: skip
+        else:
+            mp.setattr(launch.Launcher, "launch", launch_marking_the_second)
+        mp.setattr(mx, "async_eval", fail_marked)
         t = threading.Thread(target=run)
         t.start()
         t.join(60)
     assert not t.is_alive(), "the engine hung after a failed launch"
-    assert outcome.get("error") == "prefill launch failed", outcome
+    assert outcome.get("error") == f"{failing} launch failed", outcome
     assert not ran_after, f"{len(ran_after)} launches ran after the failed one"
     before = len(launched)
     fresh = Engine(target, max_batch_size=2)
