@@ -138,7 +138,7 @@ class Launcher:
         queued meanwhile)."""
         if self._poisoned is None:
             return None
-        self._last._done.wait()
+        self.idle()
         error, self._poisoned = self._poisoned, None
         return error
 
