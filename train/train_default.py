@@ -272,13 +272,18 @@ def train_mtp(
     tcfg: dict[str, Any],
     stream: np.ndarray,
     log: Callable[[str], None],
+    head: MTPHead | None = None,
+    batches: Iterator[np.ndarray] | None = None,
 ) -> tuple[MTPHead, list[float], float]:
     """The MTP head, distilled from the frozen target's own next-token distributions at depths
     1..mtp_depth with the chained, inference-shaped attention of train/mtp_chain.py: (head,
-    losses, seconds). Sets the head's fields in `tcfg` (the target's config)."""
+    losses, seconds). Sets the head's fields in `tcfg` (the target's config).
+
+    `head` continues training a head (else a new one); `batches` ([mtp_batch, T + 1] windows)
+    replaces random windows of `stream` (train/self_distill.py feeds the target's own text)."""
     tcfg["mtp_num_hidden_layers"] = 1
     tcfg["specfleet_mtp_hidden"] = "pre_norm"  # chain_forward trains on the pre-norm hidden
-    mtp = MTPHead(MTPArgs.from_target_config(tcfg))
+    mtp = head if head is not None else MTPHead(MTPArgs.from_target_config(tcfg))
     mx.eval(mtp.parameters())
     D = cfg.mtp_depth
     weights = [1.0, 0.6, 0.4, 0.3][:D]
@@ -297,7 +302,8 @@ def train_mtp(
         return total / sum(weights)
 
     t0 = time.time()
-    batches = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, cfg.seed + 2)
+    if batches is None:
+        batches = corpus.batches(stream, cfg.mtp_batch, cfg.seq_len, cfg.seed + 2)
     losses = fit("mtp", mtp, mtp_loss, batches, cfg.mtp_steps, cfg.mtp_lr, log, cfg.weight_decay)
     return mtp, losses, time.time() - t0
 

@@ -1,0 +1,153 @@
+"""Self-distillation of the MTP head: continue its training on text the target itself writes.
+
+The head drafts continuations of the target's own output: greedy decoding (the demo, the
+evaluation jobs) feeds it the target's argmax tokens, and a draft is accepted when it matches
+the next one. `--stage mtp` trains it on corpus text, whose tokens the target would often not
+have written, so part of the head's capacity goes to contexts inference never shows it. Here
+the target first decodes greedy continuations of random training-corpus windows; the head then
+continues training (the same chained, inference-shaped loss against the target's own
+distributions, train_default.train_mtp) on batches that mix those rows with corpus windows,
+which keep what sampled decoding needs. Drafts only ever decide how fast a round is: the verify
+is the target's, so no choice here can change what the engine emits.
+
+    python -m train.self_distill --out workers/default_model --corpus corpus.npz \\
+        --sequences 32768 --mtp-steps 5000 --mtp-batch 32 --mtp-lr 1e-3
+
+Writes OUT/target/mtp.safetensors and records the stage in OUT/train_summary.json
+(`mtp_self_distill`, beside the first stage's record). No held-out text is read: prompts come from the training split only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from train import artifacts, corpus
+from train.train_default import Corpus, TrainConfig, saved_target, train_mtp
+from workers.mtp.loader import load_mtp_head
+
+
+@dataclass
+class DistillConfig:
+    sequences: int = 32768  # greedy continuations written by the target
+    prompt_len: int = 128  # corpus tokens before each continuation
+    new_len: int = 193  # tokens the target writes (a row is prompt_len + new_len long)
+    gen_batch: int = 512  # rows decoded together
+    share: float = 0.75  # of each training batch's rows: generated; the rest corpus windows
+
+    def __post_init__(self) -> None:
+        for name in ("sequences", "prompt_len", "new_len", "gen_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"share must be in [0, 1], got {self.share}")
+
+
+def continuations(target: Any, stream: np.ndarray, dcfg: DistillConfig, seed: int) -> np.ndarray:
+    """int32 [sequences, prompt_len + new_len]: each row a random window of `stream` followed by
+    the target's greedy continuation of it, decoded `gen_batch` rows at a time (windows of one
+    length need no padding, so mlx-lm's plain KV cache serves the batch)."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(stream) - dcfg.prompt_len, size=dcfg.sequences)
+    rows = []
+    for i in range(0, dcfg.sequences, dcfg.gen_batch):
+        prompts = np.stack(
+            [stream[s : s + dcfg.prompt_len] for s in starts[i : i + dcfg.gen_batch]]
+        )
+        cache = make_prompt_cache(target)
+        token = mx.argmax(target(mx.array(prompts), cache=cache)[:, -1], axis=-1)  # [b]
+        new = [token]
+        for _ in range(dcfg.new_len - 1):
+            token = mx.argmax(target(token[:, None], cache=cache)[:, -1], axis=-1)
+            mx.async_eval(token)  # the next step is built while this one runs
+            new.append(token)
+        rows.append(np.concatenate([prompts, np.array(mx.stack(new, axis=1))], axis=1))
+    return np.concatenate(rows).astype(np.int32)
+
+
+def mixed_batches(
+    generated: np.ndarray, stream: np.ndarray, batch: int, share: float, seed: int
+) -> Iterator[np.ndarray]:
+    """Endless [batch, L] batches (L = generated rows' length): round(batch * share) random
+    generated rows, then corpus windows of the same length."""
+    rng = np.random.default_rng(seed)
+    n_gen = round(batch * share)
+    windows = corpus.batches(stream, batch - n_gen, generated.shape[1] - 1, seed + 1)
+    while True:
+        rows = generated[rng.integers(0, len(generated), size=n_gen)]
+        yield rows if n_gen == batch else np.concatenate([rows, next(windows)])
+
+
+def self_distill(
+    cfg: TrainConfig,
+    dcfg: DistillConfig,
+    out: Path,
+    data: Corpus | None,
+    log: Any,
+    generated_path: Path | None = None,
+) -> dict[str, Any]:
+    """Generate, then continue the head's training in OUT; returns what it records.
+    `generated_path`: the continuations' .npy, read when it exists, else written there."""
+    target, data = saved_target(cfg, out, data)
+    tcfg = json.loads((out / "target" / "config.json").read_text())
+    head = load_mtp_head(out / "target", tcfg, dtype=mx.float32)
+    t0 = time.time()
+    if generated_path is not None and generated_path.exists():
+        generated = np.load(generated_path)
+        want = (dcfg.sequences, dcfg.prompt_len + dcfg.new_len)
+        if generated.shape != want:
+            raise ValueError(f"{generated_path} holds {generated.shape} rows, not {want}")
+    else:
+        generated = continuations(target, data.train, dcfg, cfg.seed + 4)
+        if generated_path is not None:
+            np.save(generated_path, generated)
+    gen_s = time.time() - t0
+    log(f"generated {generated.shape[0]} x {dcfg.new_len} tokens in {gen_s:.0f}s")
+    batches = mixed_batches(generated, data.train, cfg.mtp_batch, dcfg.share, cfg.seed + 5)
+    head, losses, secs = train_mtp(cfg, target, tcfg, data.train, log, head, batches)
+    artifacts.save_mtp(out / "target", head)
+    # Recorded beside the head's first stage (config.mtp_*, final_loss.mtp), which it continues.
+    path = out / "train_summary.json"
+    summary = json.loads(path.read_text())
+    summary["mtp_self_distill"] = {
+        **asdict(dcfg), **{k: v for k, v in asdict(cfg).items() if k.startswith("mtp_")},
+        "seed": cfg.seed, "weight_decay": cfg.weight_decay, "generate_s": round(gen_s, 1),
+        "train_s": round(secs, 1), "final_loss": round(float(np.mean(losses[-25:])), 4),
+    }  # fmt: skip
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary["mtp_self_distill"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("workers/default_model"))
+    p.add_argument("--corpus", type=Path, help="a corpus written by train_default --export-corpus")
+    p.add_argument("--generated", type=Path, help="continuations .npy: read if present, else write")
+    fields = {**asdict(DistillConfig()), **{
+        k: v for k, v in asdict(TrainConfig()).items() if k.startswith("mtp_") or k in ("seed", "weight_decay")
+    }}  # fmt: skip
+    for field, default in fields.items():
+        p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
+    ns = vars(p.parse_args(argv))
+    out, data, generated = ns.pop("out"), ns.pop("corpus"), ns.pop("generated")
+    dcfg = DistillConfig(**{k: ns.pop(k) for k in asdict(DistillConfig())})
+    cfg = TrainConfig(**ns)
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    done = self_distill(cfg, dcfg, out, Corpus.load(data) if data else None, log, generated)
+    log(f"self-distilled head written to {out / 'target'}: {json.dumps(done)}")
+
+
+if __name__ == "__main__":
+    main()
