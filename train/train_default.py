@@ -333,6 +333,8 @@ def retrain_mtp(
     tcfg = json.loads((out / "target" / "config.json").read_text())
     mtp, losses, secs = train_mtp(cfg, target, tcfg, data.train, log)
     artifacts.save_mtp(out / "target", mtp)
+    # train_mtp set the head's fields: a target saved without a head must now declare it.
+    (out / "target" / "config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
     record_stage(out, "mtp", cfg, losses, secs, log)
 
 
