@@ -6,15 +6,20 @@ the next one. `--stage mtp` trains it on corpus text, whose tokens the target wo
 have written, so part of the head's capacity goes to contexts inference never shows it. Here
 the target first decodes greedy continuations of random training-corpus windows; the head then
 continues training (the same chained, inference-shaped loss against the target's own
-distributions, train_default.train_mtp) on batches that mix those rows with corpus windows,
-which keep what sampled decoding needs. Drafts only ever decide how fast a round is: the verify
+distributions, train_default.train_mtp) on batches of those rows, or with `--share` below 1 of
+those rows mixed with corpus windows. Drafts only ever decide how fast a round is: the verify
 is the target's, so no choice here can change what the engine emits.
 
-    python -m train.self_distill --out workers/default_model --corpus corpus.npz \\
-        --sequences 32768 --mtp-steps 5000 --mtp-batch 32 --mtp-lr 1e-3
+The shipped head is the first stage's, then two rounds of this on one H200 (bench/results/s42):
 
-Writes OUT/target/mtp.safetensors and records the stage in OUT/train_summary.json
-(`mtp_self_distill`, beside the first stage's record). No held-out text is read: prompts come from the training split only.
+    python -m train.self_distill --out model --corpus corpus.npz --sequences 32768 \
+        --mtp-steps 4000 --mtp-batch 32 --mtp-lr 1e-3 --weight-decay 0.1
+    python -m train.self_distill --out model --corpus corpus.npz --sequences 32768 --seed 1 \
+        --mtp-depth 4 --mtp-steps 8000 --mtp-batch 32 --mtp-lr 1e-3 --weight-decay 0.1
+
+Writes OUT/target/mtp.safetensors and appends the round to `mtp_self_distill` in
+OUT/train_summary.json (the first stage's record stays). No held-out text is read: prompts come
+from the training split only.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class DistillConfig:
     prompt_len: int = 128  # corpus tokens before each continuation
     new_len: int = 193  # tokens the target writes (a row is prompt_len + new_len long)
     gen_batch: int = 512  # rows decoded together
-    share: float = 0.75  # of each training batch's rows: generated; the rest corpus windows
+    share: float = 1.0  # of each training batch's rows: generated; the rest corpus windows
 
     def __post_init__(self) -> None:
         for name in ("sequences", "prompt_len", "new_len", "gen_batch"):
@@ -115,16 +120,17 @@ def self_distill(
     batches = mixed_batches(generated, data.train, cfg.mtp_batch, dcfg.share, cfg.seed + 5)
     head, losses, secs = train_mtp(cfg, target, tcfg, data.train, log, head, batches)
     artifacts.save_mtp(out / "target", head)
-    # Recorded beside the head's first stage (config.mtp_*, final_loss.mtp), which it continues.
+    # Recorded beside the head's first stage (config.mtp_*, final_loss.mtp), which it continues;
+    # each round is appended, as a head may be self-distilled more than once.
     path = out / "train_summary.json"
     summary = json.loads(path.read_text())
-    summary["mtp_self_distill"] = {
+    summary.setdefault("mtp_self_distill", []).append({
         **asdict(dcfg), **{k: v for k, v in asdict(cfg).items() if k.startswith("mtp_")},
         "seed": cfg.seed, "weight_decay": cfg.weight_decay, "generate_s": round(gen_s, 1),
         "train_s": round(secs, 1), "final_loss": round(float(np.mean(losses[-25:])), 4),
-    }  # fmt: skip
+    })  # fmt: skip
     path.write_text(json.dumps(summary, indent=2) + "\n")
-    return summary["mtp_self_distill"]
+    return summary["mtp_self_distill"][-1]
 
 
 def main(argv: list[str] | None = None) -> None:
