@@ -21,6 +21,24 @@ def _row(name: str, s: dict[str, Any]) -> str:
     return f"| {name} | {acc} | {cond} | {tpr} |"
 
 
+def _self_distill(rounds: list[dict[str, Any]]) -> list[str]:
+    """A sentence on the head's self-distillation rounds (train/self_distill.py), if any."""
+    if not rounds:
+        return []
+    each = "; ".join(
+        f"{r['sequences']} continuations of {r['new_len']} tokens (seed {r['seed']}), "
+        f"{r['mtp_steps']} x {r['mtp_batch']} at {r['mtp_lr']} (depths 1-{r['mtp_depth']}, "
+        f"{r['share']:.0%} generated rows), {r['generate_s'] + r['train_s']:.0f} s, "
+        f"final loss {r['final_loss']:.2f}"
+        for r in rounds
+    )
+    return [
+        "",
+        f"The MTP head then continued training on the target's own greedy continuations of "
+        f"training-corpus windows (`train/self_distill.py`), {len(rounds)} round(s): {each}.",
+    ]
+
+
 def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
     tf, gr = ev["teacher_forced_heldout_text"], ev["greedy_self_continuations"]
     wall, loss, c = summary["wall_time_s"], summary["final_loss"], summary["config"]
@@ -40,6 +58,7 @@ def render(ev: dict[str, Any], summary: dict[str, Any]) -> str:
             f"peak LR: target {c['target_steps']} x {c['target_batch']}, {c['target_lr']}; MTP "
             f"{c['mtp_steps']} x {c['mtp_batch']}, {c['mtp_lr']} (depths 1-{c['mtp_depth']}); "
             f"draft {c['draft_steps']} x {c['draft_batch']}, {c['draft_lr']}; seed {c['seed']}.",
+            *_self_distill(summary.get("mtp_self_distill", [])),
             "",
             f"**Held-out text, teacher-forced** ({tf['tokens']} tokens of the held-out files):",
             f"greedy next-token accuracy target **{tf['target_accuracy']:.3f}**, draft "
