@@ -50,7 +50,8 @@ def test_stage_draft_and_mtp_from_an_exported_corpus(tmp_path, monkeypatch):
     draft, tokenizer = mlx_lm.load(str(out / "draft"))  # weights, config and the tokenizer
     assert draft.args.hidden_size == 64 and tokenizer.eos_token_id == 0
     assert (out / "target" / "mtp.safetensors").exists()
-    assert load_mtp_head(out / "target").args.num_layers == 1  # config.json declares the head
+    head = load_mtp_head(out / "target")  # config.json declares the head, read as trained
+    assert head.args.num_layers == 1 and head.args.hidden_norm == "pre_norm"
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["config"]["draft_steps"] == 3 and summary["config"]["mtp_steps"] == 2
     assert summary["final_loss"]["draft"] > 0 and summary["final_loss"]["mtp"] > 0
