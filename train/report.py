@@ -35,7 +35,8 @@ def _self_distill(rounds: list[dict[str, Any]]) -> list[str]:
     return [
         "",
         f"The MTP head then continued training on the target's own greedy continuations of "
-        f"training-corpus windows (`train/self_distill.py`), {len(rounds)} round(s): {each}.",
+        f"training-corpus windows (`train/self_distill.py`), {len(rounds)} "
+        f"round{'s' if len(rounds) > 1 else ''}: {each}.",
     ]
 
 
