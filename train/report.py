@@ -28,7 +28,8 @@ def _self_distill(rounds: list[dict[str, Any]]) -> list[str]:
     each = "; ".join(
         f"{r['sequences']} continuations of {r['new_len']} tokens (seed {r['seed']}), "
         f"{r['mtp_steps']} x {r['mtp_batch']} at {r['mtp_lr']} (depths 1-{r['mtp_depth']}, "
-        f"{r['share']:.0%} generated rows), {r['generate_s'] + r['train_s']:.0f} s, "
+        f"{r['share']:.0%} of rows continuations: {r['prompt_len']} corpus tokens, then "
+        f"{r['new_len']} generated), {r['generate_s'] + r['train_s']:.0f} s, "
         f"final loss {r['final_loss']:.2f}"
         for r in rounds
     )
