@@ -141,7 +141,9 @@ def self_distill(
             f"{out / 'target' / 'config.json'}: the head reads the {head.args.hidden_norm} "
             "hidden; self_distill trains heads that read it pre-norm (specfleet_mtp_hidden)"
         )
-    # Seed offsets as train_default's stages: +4 the prompts' starts, +5 the batches' rows.
+    # Seed offsets as train_default's stages: +4 the prompts' starts, +5 the batches' rows. A
+    # round of seed s + 1 thus draws its starts from round s's row-picking seed: harmless (they
+    # index different arrays) and kept, as the shipped head's rounds were made so.
     generated, made = load_or_generate(generated_path, target, data.train, dcfg, cfg.seed + 4)
     log(f"{generated.shape[0]} continuations of {dcfg.new_len} tokens: {made}")
     batches = mixed_batches(generated, data.train, cfg.mtp_batch, dcfg.share, cfg.seed + 5)
