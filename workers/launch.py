@@ -107,9 +107,7 @@ class Launcher:
             del arrays, ticket  # a failed launch's graph must not stay pinned here
 
     def launch(self, arrays: list) -> Ticket:
-        self.raise_failure()  # nothing is handed over after a failed launch
-        ticket = self._last = Ticket()
-        self._queue.put((arrays, ticket))
+        ticket = self._enqueue(arrays)
         # Wait for the launcher thread to take it: it needs the GIL to, and an engine thread
         # going straight on with Python would hold the GIL for up to the switch interval (5 ms)
         # first. Inside `mx.async_eval` it releases the GIL again; it takes it back to set
@@ -122,9 +120,13 @@ class Launcher:
     def queue_behind(self, arrays: list) -> None:
         """Queue a launch nobody reads (`evaluate_behind`), without waiting for the thread to
         take it: the next launch's hand-off or a settle waits for it anyway."""
-        self.raise_failure()
+        self._enqueue(arrays)
+
+    def _enqueue(self, arrays: list) -> Ticket:
+        self.raise_failure()  # nothing is handed over after a failed launch
         ticket = self._last = Ticket()
         self._queue.put((arrays, ticket))
+        return ticket
 
     def raise_failure(self) -> None:
         """Raise the error of a launch that failed, if one has: nothing built on its arrays may
