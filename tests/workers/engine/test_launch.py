@@ -203,6 +203,14 @@ def test_settle_waits_for_the_launch_a_step_left_encoding(monkeypatch):
     assert_matches(tokens, ref, "a row stepped around settle()")
 
 
+def counted_settles(engine: Engine) -> list[int]:
+    """A list that grows by one at each `engine.settle()` (which still runs)."""
+    settles: list[int] = []
+    real = engine.settle
+    engine.settle = lambda: (settles.append(1), real())[1]  # type: ignore[method-assign]
+    return settles
+
+
 @pytest.mark.parametrize("route_joins", [True, False])
 def test_rows_leave_and_join_a_routed_batch_with_no_settle(launched, route_joins):
     """With rows running, a routed step settles nowhere: not while requests wait on a full batch
@@ -218,9 +226,7 @@ def test_rows_leave_and_join_a_routed_batch_with_no_settle(launched, route_joins
     budgets = [8 + 2 * i for i in range(len(prompts))]
     engine = Engine(target, max_batch_size=2)
     engine.route_joins = route_joins
-    settles: list[int] = []
-    real = engine.settle
-    engine.settle = lambda: (settles.append(1), real())[1]  # type: ignore[method-assign]
+    settles = counted_settles(engine)
     for i, (p, n) in enumerate(zip(prompts, budgets)):
         engine.add_request(f"r{i}", p, SamplingParams(max_tokens=n))
     tokens: dict[str, list[int]] = {f"r{i}": [] for i in range(len(prompts))}
@@ -265,9 +271,7 @@ def test_routed_joins_with_chunked_prefills_and_the_prefix_cache_match_the_refer
         behind.append(len(arrays))
         return real_behind(self, arrays)
 
-    settles: list[int] = []
-    real_settle = engine.settle
-    engine.settle = lambda: (settles.append(1), real_settle())[1]  # type: ignore[method-assign]
+    settles = counted_settles(engine)
     tokens: dict[str, list[int]] = {f"r{i}": [] for i in range(len(prompts))}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(launch.Launcher, "queue_behind", counted)
