@@ -178,7 +178,7 @@ def fit_mtp_head(
     import mlx.nn as nn
     import mlx.optimizers as optim
 
-    from workers.mtp.hidden import embed, lm_head, target_hidden_and_logits
+    from workers.mtp.hidden import embed, lm_head, target_hidden_and_logits, text_model
     from workers.mtp.qwen35 import MTPArgs, MTPHead
 
     cfg = dict(getattr(target.args, "text_config", None) or vars(target.args))
@@ -196,8 +196,9 @@ def fit_mtp_head(
 
     opt = optim.Adam(learning_rate=lr)
     step = nn.value_and_grad(head, loss_fn)
+    vocab = int(text_model(target).model.embed_tokens.weight.shape[0])  # its own vocabulary
     for _ in range(steps):
-        x = mx.array(rng.integers(0, VOCAB, size=(8, 40)))
+        x = mx.array(rng.integers(0, vocab, size=(8, 40)))
         h, logits = target_hidden_and_logits(target, x, post_norm=head.args.post_norm)
         _, grads = step(head, mx.stop_gradient(h), x, mx.argmax(logits, -1))
         opt.update(head, grads)

@@ -89,9 +89,11 @@ def make_drafter(spec: str | Drafter | None, model_dir: Path, model: object) -> 
         keep = bool(quantized_layers(model))
         return ModelDrafter(upcast_on_cpu(load(str(draft_dir))[0], keep_quantized=keep))
     if spec == "mtp":
-        from workers.drafters import mtp  # type: ignore[attr-defined]
+        from workers.drafters.mtp import MTPDrafter
+        from workers.drafters.mtp_host import HostMTPDrafter, host_head_wanted
 
-        return mtp.MTPDrafter.from_target(model, model_dir)  # type: ignore[no-any-return]
+        drafter = MTPDrafter.from_target(model, model_dir)
+        return HostMTPDrafter.from_mtp(drafter) if host_head_wanted(drafter) else drafter
     raise ValueError(
         f"drafter={spec!r} is not known: use None, 'ngram', 'mtp', 'model' or 'model:PATH'"
     )

@@ -130,6 +130,11 @@ class MTPDrafter:
                 if start + self.prefill_step_size < longest:
                     launch.evaluate_behind(new.state_arrays())
         self.cache.append(new)
+        self._joined(histories)
+
+    def _joined(self, histories: Sequence[Sequence[int]]) -> None:
+        """The bookkeeping of rows appended (their cache rows already are)."""
+        n = len(histories)
         self.histories.extend(histories)
         self.ready = np.concatenate([self.ready, np.zeros(n, dtype=bool)])
         self._waiting = np.concatenate([self._waiting, np.zeros(n, dtype=np.int64)])
@@ -188,8 +193,13 @@ class MTPDrafter:
         if self._chained.shape[0] == self.cache.num_rows and self._chained.any():
             self.cache.rollback(self._chained)
         self._chained = np.zeros(0, dtype=np.int64)
-        if hidden is None:
-            return
+        if hidden is not None:
+            self._queue_pairs(num_accepted, hidden, tokens)
+
+    def _queue_pairs(
+        self, num_accepted: np.ndarray | mx.array, hidden: mx.array, tokens: mx.array | None
+    ) -> None:
+        """Queue a verify's pairs in the backlog (lazy: no host read)."""
         if tokens is None:
             raise ValueError("MTPDrafter.commit needs the committed tokens with the hidden")
         # Window position i's hidden pairs with the committed token after it: i = 0 .. a_r.
@@ -210,14 +220,9 @@ class MTPDrafter:
     def _absorb(self) -> tuple[mx.array, mx.array] | None:
         """Run every backlogged verified pair into the cache in one head step; returns the
         step's outputs at each row's last pair (chain [B, 1, H], logits [B, V])."""
-        if not self.backlog:
+        pairs = self._take_backlog()
+        if pairs is None:
             return None
-        if len(self.backlog) == 1:
-            pairs = self.backlog[0]
-        else:
-            pairs = Pairs.packed(self.backlog, self.pad_packed_to)
-        self.backlog = []
-        self._waiting[:] = 0
         if self._restart.any():  # their cache has a gap: restart it from the kept pairs
             self.cache.reset_rows(self._restart)
             self._restart[:] = False
@@ -229,6 +234,18 @@ class MTPDrafter:
         else:  # counts still on the device: the host keeps an upper bound
             self.cache.commit_lazy(pairs.count, W)
         return outs  # lazy: evaluated with the verify that consumes the drafts
+
+    def _take_backlog(self) -> Pairs | None:
+        """Every backlogged pair as one window (None: none waiting); empties the backlog."""
+        if not self.backlog:
+            return None
+        if len(self.backlog) == 1:
+            pairs = self.backlog[0]
+        else:
+            pairs = Pairs.packed(self.backlog, self.pad_packed_to)
+        self.backlog = []
+        self._waiting[:] = 0
+        return pairs
 
     def _head_hidden(self, hidden: mx.array) -> mx.array:
         """The engine's hidden [B, L, H] as the head reads it (see `engine_hidden`)."""

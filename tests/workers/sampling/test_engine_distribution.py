@@ -54,7 +54,9 @@ def reference_marginals(target) -> np.ndarray:
 
 
 def trajectories(target, draft) -> np.ndarray:
-    engine = Engine(target, drafter=ModelDrafter(draft), max_batch_size=1000, draft_depth=3)
+    """N seeded trajectories; `draft` a draft model or a drafter."""
+    drafter = ModelDrafter(draft) if not hasattr(draft, "propose") else draft
+    engine = Engine(target, drafter=drafter, max_batch_size=1000, draft_depth=3)
     params = [SamplingParams(max_tokens=DEPTH, seed=i, **PARAMS) for i in range(N)]
     outs = engine.generate([PROMPT] * N, params)
     stats_ = engine.take_round_stats()
@@ -86,6 +88,19 @@ def test_engine_rejection_sampling_matches_target(models):
     p1 = np.array(mx.softmax(draft(mx.array([PROMPT]))[0, -1] / 0.9))
     assert 0.5 * np.abs(marg[0] - p1).sum() > 0.3  # the drafter really is different
     pvals = position_pvalues(trajectories(target, draft), marg)
+    assert min(pvals) > 0.01, pvals
+
+
+def test_host_mtp_head_rejection_sampling_matches_target():
+    """The MTP head run on the host (workers/mtp/host_head.py) samples its drafts from its own
+    distribution q and hands that q to rejection sampling: the outputs follow the target."""
+    from tests.tiny import fit_mtp_head
+    from workers.drafters.mtp_host import HostMTPDrafter
+
+    target = tiny_model("qwen3", seed=5, vocab=V, layers=1)
+    head = fit_mtp_head(target, steps=60)
+    pvals = position_pvalues(trajectories(target, HostMTPDrafter(target, head)),
+                             reference_marginals(target))  # fmt: skip
     assert min(pvals) > 0.01, pvals
 
 

@@ -181,11 +181,13 @@ def test_engine_keeps_serving_after_bad_params(pair):
     assert len(out[0].tokens) == 4
 
 
-@pytest.mark.parametrize("arch", ["qwen3_mtp", "qwen3_5"])
+@pytest.mark.parametrize("arch", ["qwen3_mtp", "qwen3_mtp_host", "qwen3_5"])
 def test_coupled_identity_with_mtp_head_and_hybrid_target(arch):
-    """The sampled path through the MTP drafter (qwen3 + head) and a GatedDeltaNet hybrid."""
+    """The sampled path through the MTP drafter (qwen3 + head, its steps in MLX or on the
+    host) and a GatedDeltaNet hybrid."""
     from tests.tiny import OracleDrafter, fit_mtp_head
     from workers.drafters.mtp import MTPDrafter
+    from workers.drafters.mtp_host import HostMTPDrafter
 
     prompts = mixed_prompts(6, seed=4)
     params = [
@@ -199,9 +201,10 @@ def test_coupled_identity_with_mtp_head_and_hybrid_target(arch):
         )
         for i in range(6)
     ]
-    if arch == "qwen3_mtp":
+    if arch.startswith("qwen3_mtp"):
         target = tiny_model("qwen3", seed=3)
-        drafter = MTPDrafter(target, fit_mtp_head(target, steps=60))
+        kind = HostMTPDrafter if arch == "qwen3_mtp_host" else MTPDrafter
+        drafter = kind(target, fit_mtp_head(target, steps=60))
     else:
         # Recurrent layers cannot be drafters; an oracle proposing the seeded continuation with
         # every third draft corrupted makes the hybrid target roll back per row.

@@ -1,0 +1,177 @@
+"""The MTP head run in NumPy on the host (workers/mtp/host_head.py, drafters/mtp_host.py).
+
+Its step is checked against the MLX head's (same weights, fp32 tolerance), its drafts against
+MLX's drafter round by round, and every engine output against mlx-lm's plain decode.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
+from tests.workers.engine.test_mtp_backlog import Every
+from tests.workers.engine.test_parity import assert_matches
+from workers import Engine, SamplingParams
+from workers.drafters.mtp import MTPDrafter
+from workers.drafters.mtp_host import ENV, HostMTPDrafter, host_head_wanted
+from workers.mtp.hidden import embed, lm_head
+from workers.mtp.host_head import HostCache, HostHead
+
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target = tiny_model("qwen3", seed=3, layers=2)
+    return target, fit_mtp_head(target, steps=60)
+
+
+@pytest.mark.parametrize("hidden_norm", ["pre_norm", "post_norm"])
+def test_host_step_equals_the_mlx_heads(hidden_norm):
+    """Ragged rows (cache lengths 5, 0, 9), windows of 1 and 4 pairs: chain, normed hidden and
+    logits equal MLX's head run row by row over mlx-lm's KVCache, to fp32 tolerance."""
+    target = tiny_model("qwen3", seed=4, layers=1)
+    head = fit_mtp_head(target, steps=5, hidden_norm=hidden_norm)
+    host = HostHead(head, target)
+    rng = np.random.default_rng(0)
+    lengths, H = [5, 0, 9], head.args.hidden_size
+    cache = HostCache(0, host.nk, host.d)
+    mlx_caches = [KVCache() for _ in lengths]
+    for r, n in enumerate(lengths):  # each row's earlier pairs, through both heads
+        one = HostCache(1, host.nk, host.d)
+        if n:
+            h = rng.normal(size=(1, n, H)).astype(np.float32)
+            t = rng.integers(0, 64, size=(1, n))
+            mx.eval(head.step(mx.array(h), embed(target, mx.array(t)), cache=mlx_caches[r]))
+            host.step(h, t, one)
+            one.length += n
+        cache.append(one)
+    for W in (4, 1):
+        h = rng.normal(size=(3, W, H)).astype(np.float32)
+        t = rng.integers(0, 64, size=(3, W))
+        chain, normed = host.step(h, t, cache)
+        cache.length += W
+        logits = host.logits(normed[:, -1])
+        for r in range(3):
+            g, n = head.step(mx.array(h[r : r + 1]), embed(target, mx.array(t[r : r + 1])),
+                             cache=mlx_caches[r])  # fmt: skip
+            want = lm_head(target, n[:, -1:])[0, 0]
+            np.testing.assert_allclose(chain[r], np.array(g[0]), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(normed[r], np.array(n[0]), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(logits[r], np.array(want), rtol=1e-4, atol=1e-4)
+
+
+def _proposals(engine: Engine) -> list[np.ndarray]:
+    """Record every proposal's drafts ([B, K] on the host) as the engine makes them."""
+    seen: list[np.ndarray] = []
+    orig = engine.drafter.propose  # type: ignore[union-attr]
+
+    def spy(request):  # type: ignore[no-untyped-def]
+        p = orig(request)
+        engine.settle()
+        seen.append(np.array(p.device_tokens()))
+        return p
+
+    engine.drafter.propose = spy  # type: ignore[union-attr,method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("bs,depth", [(1, 3), (6, 1), (6, 4)])
+def test_host_drafts_are_mlx_drafts_and_outputs_are_mlx_lms(setup, bs, depth):
+    target, head = setup
+    prompts = mixed_prompts(6, seed=11)
+    drafts, accepted = {}, {}
+    for kind in (MTPDrafter, HostMTPDrafter):
+        engine = Engine(target, drafter=kind(target, head), max_batch_size=bs, draft_depth=depth)
+        drafts[kind] = _proposals(engine)
+        outs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+        for i, (p, o) in enumerate(zip(prompts, outs)):
+            assert_matches(o.tokens, reference_greedy(target, p, MAX_TOKENS), f"{kind} {i}")
+        stats = engine.take_round_stats()
+        accepted[kind] = sum(s.num_accepted_tokens for s in stats)
+        assert 0 < accepted[kind] < sum(s.num_draft_tokens for s in stats)
+    host, ref = drafts[HostMTPDrafter], drafts[MTPDrafter]
+    assert len(host) == len(ref) >= 3
+    same = sum(np.array_equal(a, b) for a, b in zip(host, ref))
+    assert same >= 0.9 * len(ref), f"{same}/{len(ref)} proposals equal MLX's"
+    assert accepted[HostMTPDrafter] >= 0.9 * accepted[MTPDrafter], accepted
+
+
+def test_rows_join_and_leave_a_host_drafting_batch(setup):
+    target, head = setup
+    prompts = mixed_prompts(6, seed=12)
+    engine = Engine(target, drafter=HostMTPDrafter(target, head), max_batch_size=8, draft_depth=3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (30, 6, 18, 30, 9, 24)]
+    for i in range(3):
+        engine.add_request(f"r{i}", prompts[i], params[i])
+    got: dict[str, list[int]] = {}
+    for step in range(40):
+        if step == 2:  # joiners arrive between rounds in flight
+            for i in range(3, 6):
+                engine.add_request(f"r{i}", prompts[i], params[i])
+        for ev in engine.step():
+            got.setdefault(ev.request_id, []).extend(ev.new_tokens)
+        if not engine.has_work():
+            break
+    for i in range(6):
+        ref = reference_greedy(target, prompts[i], params[i].max_tokens)
+        assert_matches(got[f"r{i}"], ref, f"joined row {i}")
+    assert engine.drafter.cache.num_rows == 0  # type: ignore[union-attr]
+
+
+def test_backlog_restart_and_prompt_window_as_mlx_does(setup):
+    """Long depth-0 stretches (max_backlog 3, drafting every 8th round) and a 5-pair prompt
+    window: the host drafter drafts what MLX's drafter drafts, restarts rows from the kept
+    pairs (cache length 3), and outputs stay mlx-lm's."""
+    target, head = setup
+    prompts = mixed_prompts(2, seed=5, lengths=[17, 9])
+    drafts, restarted = {}, []
+    for kind in (MTPDrafter, HostMTPDrafter):
+        drafter = kind(target, head, prompt_window=5)
+        drafter.max_backlog = 3
+        engine = Engine(target, drafter=drafter, max_batch_size=2, draft_depth=3)
+        engine.config.adaptive_depth = True
+        engine.depth_policy = Every(max_depth=3)
+        engine.depth_policy.period = 8
+        if kind is HostMTPDrafter:
+            orig = drafter._absorb_host
+
+            def spy(orig=orig, drafter=drafter):  # type: ignore[no-untyped-def]
+                restart = drafter._restart.copy()
+                out = orig()
+                if restart.any():  # restarted rows hold only the kept verifies' pairs
+                    restarted.append(drafter.cache.length[restart].copy())
+                return out
+
+            drafter._absorb_host = spy  # type: ignore[method-assign]
+        drafts[kind] = _proposals(engine)
+        outs = engine.generate(prompts, SamplingParams(max_tokens=40, ignore_eos=True))
+        for p, o in zip(prompts, outs):
+            assert_matches(o.tokens, reference_greedy(target, p, 40), kind.__name__)
+    host, ref = drafts[HostMTPDrafter], drafts[MTPDrafter]
+    assert len(host) == len(ref) >= 3
+    assert sum(np.array_equal(a, b) for a, b in zip(host, ref)) >= 0.9 * len(ref)
+    assert restarted and all((lengths == 3).all() for lengths in restarted), restarted
+
+
+def test_engine_load_runs_the_head_on_the_host_where_mlx_computes_in_launch(
+    setup, monkeypatch
+):
+    target, head = setup
+    drafter = MTPDrafter(target, head)
+    monkeypatch.delenv(ENV, raising=False)
+    assert host_head_wanted(drafter) == (mx.default_device() == mx.cpu)
+    monkeypatch.setenv(ENV, "0")
+    assert not host_head_wanted(drafter)
+    monkeypatch.setenv(ENV, "1")
+    assert host_head_wanted(drafter)
+    hybrid = tiny_model("qwen3_5", seed=3, layers=4)  # its head's layer is not qwen3's
+    assert not host_head_wanted(MTPDrafter(hybrid, fit_mtp_head(hybrid, steps=1)))
+    monkeypatch.delenv(ENV, raising=False)
+    loaded = Engine.load(None, drafter="mtp", max_batch_size=1).drafter
+    assert isinstance(loaded, HostMTPDrafter) == (mx.default_device() == mx.cpu)
+    with pytest.raises(ValueError, match="no MLX steps to compile"):
+        HostMTPDrafter(target, head).compile_steps()

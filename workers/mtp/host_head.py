@@ -1,0 +1,196 @@
+"""The MTP head's step in NumPy on the host: a Qwen3-layout head drafting on MLX's CPU backend.
+
+Why: MLX's CPU backend runs every graph node as a task of its own queue, ~3-7 us each whatever
+its size, and one head step builds ~170 nodes over the engine's ragged cache (RMSNorms and RoPE
+expand to their fallback ops on the CPU; workers/cpu_ops.py). At B = 1 on the 2-core CPU VM a
+depth-3 MTP round spent ~6 ms in the head (2.0 ms building its graphs in Python, 3.7 ms running
+them) against ~10 ms in the verify: the head, 1 decoder layer, cost 0.8 of a 10-layer plain
+step. NumPy runs the same step in ~0.5 ms (its ops cost ~1 us; the matmuls are the same BLAS
+gemv), and on the CPU reading the verify's outputs back costs nothing extra, since MLX's CPU
+`async_eval` computes the round while it launches it (workers/backend.py).
+
+The numbers are not MLX's bit for bit (other kernels, other summation orders). They need not be:
+drafts only decide how many tokens a round emits, the target's verify decides which
+(workers/verify.py), and a sampled draft's distribution q is the one it was drawn from.
+
+Supported: a head whose layer is mlx-lm's `qwen3.TransformerBlock` (q/k norms, plain RoPE, no
+biases) over a float32 target with an unquantized embedding (`HostHead.supports`); other heads
+keep the MLX drafter (workers/drafters/mtp.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from workers.mtp.hidden import text_model
+
+
+def _np(a: mx.array) -> np.ndarray:
+    return np.array(a, dtype=np.float32)
+
+
+class HostHead:
+    """A one-layer MTP head's weights as NumPy arrays, and its step (shapes below: B rows,
+    W window positions, H hidden, NH / NK query / key-value heads of D, V vocabulary)."""
+
+    def __init__(self, head: Any, target: Any) -> None:
+        layer = head.layers[0]
+        attn, mlp = layer.self_attn, layer.mlp
+        self.post_norm = bool(head.args.post_norm)
+        self.nh, self.nk = attn.n_heads, attn.n_kv_heads
+        self.d = int(attn.q_norm.weight.shape[0])
+        self.scale = float(attn.scale)
+        base = float(attn.rope.base)
+        self.inv_freq = base ** (-np.arange(0, self.d, 2, dtype=np.float64) / self.d)  # [D/2]
+        self.norms = {
+            name: (_np(m.weight), float(m.eps))
+            for name, m in (
+                ("e", head.pre_fc_norm_embedding),
+                ("h", head.pre_fc_norm_hidden),
+                ("ln1", layer.input_layernorm),
+                ("ln2", layer.post_attention_layernorm),
+                ("q", attn.q_norm),
+                ("k", attn.k_norm),
+                ("out", head.norm),
+            )
+        }
+        # Weights transposed once ([in, out]); q, k, v as one matmul, gate and up as another.
+        self.fc = np.ascontiguousarray(_np(head.fc.weight).T)  # [2H, H]
+        qkv = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
+        self.qkv = np.ascontiguousarray(np.concatenate([_np(w) for w in qkv]).T)
+        self.o = np.ascontiguousarray(_np(attn.o_proj.weight).T)
+        self.gate_up = np.ascontiguousarray(
+            np.concatenate([_np(mlp.gate_proj.weight), _np(mlp.up_proj.weight)]).T
+        )
+        self.down = np.ascontiguousarray(_np(mlp.down_proj.weight).T)
+        tm = text_model(target)
+        self.embed = _np(tm.model.embed_tokens.weight)  # [V, H]
+        lm = getattr(tm, "lm_head", None)
+        self.lm_head = self.embed if lm is None else _np(lm.weight)  # [V, H], read as x @ W.T
+
+    @staticmethod
+    def supports(head: Any, target: Any) -> str:
+        """'' when this class can run `head` for `target`, else why not."""
+        from mlx_lm.models import qwen3
+
+        layers = getattr(head, "layers", [])
+        # isinstance: the CPU's routes give modules subclasses computing the same (cpu_ops.py)
+        if len(layers) != 1 or not isinstance(layers[0], qwen3.TransformerBlock):
+            return "its layer is not a qwen3 decoder layer"
+        attn = layers[0].self_attn
+        rope = attn.rope
+        if not isinstance(rope, nn.RoPE) or rope.traditional or rope.scale != 1.0:
+            return "its RoPE is scaled or traditional"
+        if rope.dims != attn.q_norm.weight.shape[0]:
+            return "its RoPE rotates part of each head"
+        tm = text_model(target)
+        modules = [tm.model.embed_tokens, getattr(tm, "lm_head", None), head]
+        for m in modules:
+            if m is None:
+                continue
+            kinds = {v.dtype for v in _leaves(m)}
+            if kinds != {mx.float32}:
+                return f"it or the target's embedding is not float32 ({sorted(map(str, kinds))})"
+        return ""
+
+    def step(
+        self, hidden: np.ndarray, tokens: np.ndarray, cache: HostCache
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The head over pairs (hidden [B, W, H], the token after each [B, W]) at each row's
+        next cache positions; writes their keys and values there (the caller commits the valid
+        ones). Returns (chain [B, W, H] for the next depth, normed [B, W, H] for the lm_head)."""
+        B, W, H = hidden.shape
+        e = self._norm(self.embed[tokens], "e")
+        x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.fc  # [B, W, H]
+        x = x + self._attention(self._norm(x, "ln1"), cache)
+        gu = self._norm(x, "ln2") @ self.gate_up  # [B, W, 2F]
+        g, u = np.split(gu, 2, axis=-1)
+        x = x + (g / (1.0 + np.exp(-g)) * u) @ self.down
+        normed = self._norm(x, "out")
+        return (normed if self.post_norm else x), normed
+
+    def logits(self, normed: np.ndarray) -> np.ndarray:
+        """[B, H] post-norm hidden -> [B, V] logits through the target's (shared) lm_head."""
+        return normed @ self.lm_head.T
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        w, eps = self.norms[name]
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+    def _attention(self, a: np.ndarray, cache: HostCache) -> np.ndarray:
+        """Causal attention of window [B, W, H] over each row's cache and the window itself."""
+        B, W, _ = a.shape
+        nh, nk, d = self.nh, self.nk, self.d
+        qkv = a @ self.qkv  # [B, W, (NH + 2 NK) D]
+        q = self._norm(qkv[..., : nh * d].reshape(B, W, nh, d), "q")
+        k = self._norm(qkv[..., nh * d : (nh + nk) * d].reshape(B, W, nk, d), "k")
+        v = qkv[..., (nh + nk) * d :].reshape(B, W, nk, d)
+        pos = cache.length[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
+        q, k = self._rope(q, pos), self._rope(k, pos)
+        cache.write(k, v)
+        S = int(pos.max()) + 1
+        keys = cache.k[:, :S].transpose(0, 2, 3, 1)  # [B, NK, D, S]
+        values = cache.v[:, :S].transpose(0, 2, 1, 3)  # [B, NK, S, D]
+        g = nh // nk  # query head h reads key-value head h // g
+        qg = q.reshape(B, W, nk, g, d).transpose(0, 2, 3, 1, 4).reshape(B, nk, g * W, d)
+        scores = (qg @ keys).reshape(B, nk, g, W, S) * self.scale
+        hidden_keys = np.arange(S)[None, None, :] > pos[:, :, None]  # [B, W, S]
+        scores = np.where(hidden_keys[:, None, None], -np.inf, scores)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = (scores / scores.sum(axis=-1, keepdims=True)).reshape(B, nk, g * W, S)
+        out = (probs @ values).reshape(B, nk, g, W, d).transpose(0, 3, 1, 2, 4)
+        return out.reshape(B, W, nh * d).astype(np.float32) @ self.o
+
+    def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""
+        angle = pos[..., None] * self.inv_freq  # [B, W, D/2]
+        cos = np.cos(angle).astype(np.float32)[:, :, None]
+        sin = np.sin(angle).astype(np.float32)[:, :, None]
+        x1, x2 = np.split(x, 2, axis=-1)
+        return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+class HostCache:
+    """The head's KV cache: rows x slots, each row's committed entries a prefix of `length`."""
+
+    def __init__(self, rows: int, nk: int, d: int, slots: int = 64) -> None:
+        self.k = np.zeros((rows, slots, nk, d), dtype=np.float32)  # [B, S, NK, D]
+        self.v = np.zeros_like(self.k)
+        self.length = np.zeros(rows, dtype=np.int64)  # [B]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.length.shape[0])
+
+    def write(self, k: np.ndarray, v: np.ndarray) -> None:
+        """Keys and values [B, W, NK, D] at each row's next W slots (not committed)."""
+        B, W = k.shape[:2]
+        need = int(self.length.max(initial=0)) + W
+        if need > self.k.shape[1]:
+            grown = max(need, 2 * self.k.shape[1])
+            pad = [(0, 0), (0, grown - self.k.shape[1]), (0, 0), (0, 0)]
+            self.k, self.v = np.pad(self.k, pad), np.pad(self.v, pad)
+        slots = self.length[:, None] + np.arange(W)  # [B, W]
+        rows = np.arange(B)[:, None]
+        self.k[rows, slots], self.v[rows, slots] = k, v
+
+    def append(self, other: HostCache) -> None:
+        S = max(self.k.shape[1], other.k.shape[1])
+        pad = lambda a: np.pad(a, [(0, 0), (0, S - a.shape[1]), (0, 0), (0, 0)])  # noqa: E731
+        self.k = np.concatenate([pad(self.k), pad(other.k)])
+        self.v = np.concatenate([pad(self.v), pad(other.v)])
+        self.length = np.concatenate([self.length, other.length])
+
+    def keep_rows(self, idx: list[int]) -> None:
+        self.k, self.v, self.length = self.k[idx], self.v[idx], self.length[idx]
+
+
+def _leaves(module: Any) -> list[mx.array]:
+    from mlx.utils import tree_flatten
+
+    leaves: Any = tree_flatten(module.parameters())
+    return [v for _, v in leaves]
