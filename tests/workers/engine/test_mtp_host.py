@@ -157,9 +157,7 @@ def test_backlog_restart_and_prompt_window_as_mlx_does(setup):
     assert restarted and all((lengths == 3).all() for lengths in restarted), restarted
 
 
-def test_engine_load_runs_the_head_on_the_host_where_mlx_computes_in_launch(
-    setup, monkeypatch
-):
+def test_engine_load_runs_the_head_on_the_host_where_mlx_computes_in_launch(setup, monkeypatch):
     target, head = setup
     drafter = MTPDrafter(target, head)
     monkeypatch.delenv(ENV, raising=False)
