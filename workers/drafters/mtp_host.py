@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from workers.backend import Backend
+from workers.compiled_step import COMPILE_ENV
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal, greedy_select
 from workers.drafters.mtp import MTPDrafter, Pairs
 from workers.mtp.host_head import HostCache, HostHead
@@ -30,10 +31,12 @@ ENV = "SPECFLEET_HOST_MTP"
 
 def host_head_wanted(drafter: MTPDrafter) -> bool:
     """Whether `drafter`'s head should run on the host: the environment's "1" / "0", else on
-    MLX's CPU backend; never for a head HostHead cannot run (it keeps MLX's steps)."""
-    if HostHead.supports(drafter.head, drafter.target):
+    MLX's CPU backend; never for a head HostHead cannot run, nor where the head's steps are to
+    run as compiled MLX graphs (SPECFLEET_COMPILE_DRAFT): both keep MLX's steps."""
+    backend = Backend.current()
+    if HostHead.supports(drafter.head, drafter.target) or backend.wants(COMPILE_ENV):
         return False
-    return Backend.current().wants(ENV, default=Backend.current().computes_in_launch)
+    return backend.wants(ENV, default=backend.computes_in_launch)
 
 
 class HostMTPDrafter(MTPDrafter):
@@ -139,7 +142,10 @@ class HostMTPDrafter(MTPDrafter):
         return chain[rows, last][:, None], self.host.logits(normed[rows, last])
 
     def compile_steps(self) -> None:
-        raise ValueError("HostMTPDrafter runs its head in NumPy: there are no MLX steps to compile")
+        raise ValueError(
+            "HostMTPDrafter runs its head in NumPy: there are no MLX steps to compile; for "
+            "compiled MLX head steps use MTPDrafter (SPECFLEET_HOST_MTP=0)"
+        )
 
 
 def _host_count(pairs: Pairs) -> np.ndarray:

@@ -15,6 +15,7 @@ from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_mtp_backlog import Every
 from tests.workers.engine.test_parity import assert_matches
 from workers import Engine, SamplingParams
+from workers.compiled_step import COMPILE_ENV
 from workers.drafters.mtp import MTPDrafter
 from workers.drafters.mtp_host import ENV, HostMTPDrafter, host_head_wanted
 from workers.mtp.hidden import embed, lm_head
@@ -166,6 +167,9 @@ def test_engine_load_runs_the_head_on_the_host_where_mlx_computes_in_launch(setu
     assert not host_head_wanted(drafter)
     monkeypatch.setenv(ENV, "1")
     assert host_head_wanted(drafter)
+    monkeypatch.setenv(COMPILE_ENV, "1")  # compiled MLX head steps asked for: MLX's head
+    assert not host_head_wanted(drafter)
+    monkeypatch.delenv(COMPILE_ENV)
     hybrid = tiny_model("qwen3_5", seed=3, layers=4)  # its head's layer is not qwen3's
     assert not host_head_wanted(MTPDrafter(hybrid, fit_mtp_head(hybrid, steps=1)))
     monkeypatch.delenv(ENV, raising=False)
