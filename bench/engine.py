@@ -22,8 +22,7 @@ import numpy as np
 
 from workers import Engine, ModelDrafter, NgramDrafter, SamplingParams
 from workers.config import DEFAULT_MODEL_DIR
-from workers.drafters.mtp import MTPDrafter
-from workers.loading import upcast_on_cpu
+from workers.loading import make_drafter, upcast_on_cpu
 from workers.mtp.loader import has_mtp
 from workers.routes import as_mlx_lm_built
 
@@ -249,7 +248,8 @@ def main() -> None:
             drafters["specfleet_slow_draft_fixed"] = lambda: ModelDrafter(slow)
             drafters["specfleet_slow_draft_adaptive"] = drafters["specfleet_slow_draft_fixed"]
     if Path(model_name, "config.json").exists() and has_mtp(model_name):
-        drafters["specfleet_mtp"] = lambda: MTPDrafter.from_target(target, model_name)
+        # As Engine.load builds it: on the CPU the head's steps run on the host (mtp_host.py)
+        drafters["specfleet_mtp"] = lambda: make_drafter("mtp", Path(model_name), target)
         # The serving default: depth capped round by round where it pays (workers/depth_policy.py)
         drafters["specfleet_mtp_adaptive"] = drafters["specfleet_mtp"]
     for T in [float(t) for t in args.temperatures.split(",")]:

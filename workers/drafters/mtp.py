@@ -20,6 +20,9 @@ yet, so it drafts nothing in its first round; a joining prompt enters the head t
 Which hidden the head reads (before or after the target's final norm; g before or after
 `mtp.norm`) is the checkpoint's `specfleet_mtp_hidden` setting, `head.args.hidden_norm`
 (workers/mtp/qwen35.py). The engine hands over the hidden named by `engine_hidden`.
+
+On MLX's CPU backend `Engine.load` runs a Qwen3-layout head's steps in NumPy instead
+(workers/drafters/mtp_host.py: this class's rounds and bookkeeping, the host's head steps).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ def _np(a: mx.array) -> np.ndarray:
 
 class HostHead:
     """A one-layer MTP head's weights as NumPy arrays, and its step (shapes below: B rows,
-    W window positions, H hidden, NH / NK query / key-value heads of D, V vocabulary)."""
+    W window positions, H hidden, NH / NK query / key-value heads of D, V vocabulary). The
+    weights are copied once, when it is made: a head updated later needs a new HostHead."""
 
     def __init__(self, head: Any, target: Any) -> None:
         layer = head.layers[0]

@@ -18,6 +18,7 @@ from workers import Engine, SamplingParams, compiled_step
 from workers.compiled_step import COMPILE_ENV, CompiledStep
 from workers.config import DEFAULT_MODEL_DIR
 from workers.drafters.mtp import MTPDrafter
+from workers.drafters.mtp_host import ENV as HOST_MTP_ENV
 
 MAX_TOKENS = 24
 
@@ -37,6 +38,7 @@ def default_prompts():
 
 def run(prompts, compiled: bool, monkeypatch, noise: float = 0.0) -> tuple[list, list, MTPDrafter]:
     monkeypatch.setenv(COMPILE_ENV, "1" if compiled else "0")
+    monkeypatch.setenv(HOST_MTP_ENV, "0")  # the ops path is MLX's (not the host's NumPy steps)
     engine = Engine.load(drafter="mtp", max_batch_size=4, draft_depth=3)
     drafter = engine.drafter
     assert isinstance(drafter, MTPDrafter)
