@@ -47,6 +47,7 @@ class HostHead:
         self.scale = float(attn.scale)
         base = float(attn.rope.base)
         self.inv_freq = base ** (-np.arange(0, self.d, 2, dtype=np.float64) / self.d)  # [D/2]
+        self._cos = self._sin = np.zeros((0, self.d // 2), dtype=np.float32)  # [positions, D/2]
         self.norms = {
             name: (_np(m.weight), float(m.eps))
             for name, m in (
@@ -109,7 +110,7 @@ class HostHead:
         x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.fc  # [B, W, H]
         x = x + self._attention(self._norm(x, "ln1"), cache)
         gu = self._norm(x, "ln2") @ self.gate_up  # [B, W, 2F]
-        g, u = np.split(gu, 2, axis=-1)
+        g, u = gu[..., : gu.shape[-1] // 2], gu[..., gu.shape[-1] // 2 :]
         x = x + (g / (1.0 + np.exp(-g)) * u) @ self.down
         normed = self._norm(x, "out")
         return (normed if self.post_norm else x), normed
@@ -120,7 +121,8 @@ class HostHead:
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         w, eps = self.norms[name]
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+        mean_square = np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1]
+        return x / np.sqrt(mean_square + eps) * w
 
     def _attention(self, a: np.ndarray, cache: HostCache) -> np.ndarray:
         """Causal attention of window [B, W, H] over each row's cache and the window itself."""
@@ -148,10 +150,15 @@ class HostHead:
 
     def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""
-        angle = pos[..., None] * self.inv_freq  # [B, W, D/2]
-        cos = np.cos(angle).astype(np.float32)[:, :, None]
-        sin = np.sin(angle).astype(np.float32)[:, :, None]
-        x1, x2 = np.split(x, 2, axis=-1)
+        if int(pos.max()) >= len(self._cos):  # the tables, per position, grown by doubling
+            angle = np.arange(2 * int(pos.max()) + 64)[:, None] * self.inv_freq
+            self._cos, self._sin = (
+                np.cos(angle).astype(np.float32),
+                np.sin(angle).astype(np.float32),
+            )
+        cos, sin = self._cos[pos][:, :, None], self._sin[pos][:, :, None]  # [B, W, 1, D/2]
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
 
 
