@@ -28,8 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--draft-depth", type=int, default=3, help="the batch job's most drafts per round"
     )
+    # One stream on the CPU drafts deeper than a batch: with the head's steps on the host a
+    # depth-5 round cost less per token than a depth-3 one (bench/results/s43/README.md).
     p.add_argument(
-        "--stream-draft-depth", type=int, default=3,
+        "--stream-draft-depth", type=int, default=5,
         help="the single-stream line's most drafts per round",
     )  # fmt: skip
     p.add_argument("--limit", type=int, help="only the first N requests (a shorter run)")
