@@ -77,7 +77,7 @@ class HostMTPDrafter(MTPDrafter):
                 h = h_all[:, start : start + W]
                 if h.shape[1] < W:
                     h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
-                self.host.step(h, tokens, new)
+                self.host.step(h, tokens, new, None)  # their keys and values only
                 new.length += valid
         self.cache.append(new)
         self._joined(histories)
@@ -99,12 +99,13 @@ class HostMTPDrafter(MTPDrafter):
             return empty_proposal(B)
         chain, logits = first  # [B, 1, H], [B, V] at each row's last valid pair
         drafted, probs = [], []
+        zeros = np.zeros(B, dtype=np.int64)
         for step in range(K):
             chosen, q = _select(request, logits, step)  # [B] int64, [B, V] | None
             drafted.append(chosen)
             probs.append(q)
             if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chain, normed = self.host.step(chain, chosen[:, None], self.cache)
+                chain, normed = self.host.step(chain, chosen[:, None], self.cache, zeros)
                 self.cache.length += 1  # chained entries are dropped again at commit
                 logits = self.host.logits(normed[:, 0])
         self._chained = np.full(B, K - 1, dtype=np.int64)
@@ -136,10 +137,9 @@ class HostMTPDrafter(MTPDrafter):
         hidden = np.array(pairs.hidden, dtype=np.float32)  # waits for the verify (see above)
         tokens = np.array(pairs.tokens, dtype=np.int64)
         count = _host_count(pairs)
-        chain, normed = self.host.step(hidden, tokens, self.cache)
+        chain, normed = self.host.step(hidden, tokens, self.cache, np.maximum(count - 1, 0))
         self.cache.length += count
-        rows, last = np.arange(len(count)), np.maximum(count - 1, 0)
-        return chain[rows, last][:, None], self.host.logits(normed[rows, last])
+        return chain, self.host.logits(normed[:, 0])
 
     def compile_steps(self) -> None:
         raise ValueError(

@@ -60,10 +60,11 @@ class HostHead:
                 ("out", head.norm),
             )
         }
-        # Weights transposed once ([in, out]); q, k, v as one matmul, gate and up as another.
+        # Weights transposed once ([in, out]); k and v as one matmul, gate and up as another.
         self.fc = np.ascontiguousarray(_np(head.fc.weight).T)  # [2H, H]
-        qkv = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
-        self.qkv = np.ascontiguousarray(np.concatenate([_np(w) for w in qkv]).T)
+        self.q = np.ascontiguousarray(_np(attn.q_proj.weight).T)  # [H, NH D]
+        kv = [attn.k_proj.weight, attn.v_proj.weight]
+        self.kv = np.ascontiguousarray(np.concatenate([_np(w) for w in kv]).T)  # [H, 2 NK D]
         self.o = np.ascontiguousarray(_np(attn.o_proj.weight).T)
         self.gate_up = np.ascontiguousarray(
             np.concatenate([_np(mlp.gate_proj.weight), _np(mlp.up_proj.weight)]).T
@@ -100,16 +101,32 @@ class HostHead:
         return ""
 
     def step(
-        self, hidden: np.ndarray, tokens: np.ndarray, cache: HostCache
+        self, hidden: np.ndarray, tokens: np.ndarray, cache: HostCache, last: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The head over pairs (hidden [B, W, H], the token after each [B, W]) at each row's
-        next cache positions; writes their keys and values there (the caller commits the valid
-        ones). Returns (chain [B, W, H] for the next depth, normed [B, W, H] for the lm_head)."""
+        next cache positions: writes every pair's key and value there (the caller commits the
+        valid ones), and returns the head's output at one pair a row, `last` [B] (chain
+        [B, 1, H] for the next depth, normed [B, 1, H] for the lm_head). No other position's
+        query, attention or MLP runs: the MLX head computes them all and keeps one
+        (drafters/mtp.py), and a prompt's pairs (`last` None) need only their keys and values
+        (then both returned arrays are empty)."""
         B, W, H = hidden.shape
+        nh, nk, d = self.nh, self.nk, self.d
         e = self._norm(self.embed[tokens], "e")
         x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.fc  # [B, W, H]
-        x = x + self._attention(self._norm(x, "ln1"), cache)
-        gu = self._norm(x, "ln2") @ self.gate_up  # [B, W, 2F]
+        a = self._norm(x, "ln1")
+        pos = cache.length[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
+        kv = a @ self.kv  # [B, W, 2 NK D]
+        k = self._rope(self._norm(kv[..., : nk * d].reshape(B, W, nk, d), "k"), pos)
+        cache.write(k, kv[..., nk * d :].reshape(B, W, nk, d))
+        if last is None:
+            empty = np.zeros((B, 0, H), dtype=np.float32)
+            return empty, empty
+        rows = np.arange(B)
+        at = pos[rows, last][:, None]  # [B, 1] the wanted pairs' positions
+        q = self._rope(self._norm((a[rows, last] @ self.q).reshape(B, 1, nh, d), "q"), at)
+        x = x[rows, last][:, None] + self._attention(q, at[:, 0], cache) @ self.o  # [B, 1, H]
+        gu = self._norm(x, "ln2") @ self.gate_up  # [B, 1, 2F]
         g, u = gu[..., : gu.shape[-1] // 2], gu[..., gu.shape[-1] // 2 :]
         x = x + (g / (1.0 + np.exp(-g)) * u) @ self.down
         normed = self._norm(x, "out")
@@ -124,29 +141,21 @@ class HostHead:
         mean_square = np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1]
         return x / np.sqrt(mean_square + eps) * w
 
-    def _attention(self, a: np.ndarray, cache: HostCache) -> np.ndarray:
-        """Causal attention of window [B, W, H] over each row's cache and the window itself."""
-        B, W, _ = a.shape
+    def _attention(self, q: np.ndarray, at: np.ndarray, cache: HostCache) -> np.ndarray:
+        """One query a row (q [B, 1, NH, D], RoPE applied, at position at [B]) over that row's
+        cached keys [0, at]: [B, 1, NH D]."""
+        B = q.shape[0]
         nh, nk, d = self.nh, self.nk, self.d
-        qkv = a @ self.qkv  # [B, W, (NH + 2 NK) D]
-        q = self._norm(qkv[..., : nh * d].reshape(B, W, nh, d), "q")
-        k = self._norm(qkv[..., nh * d : (nh + nk) * d].reshape(B, W, nk, d), "k")
-        v = qkv[..., (nh + nk) * d :].reshape(B, W, nk, d)
-        pos = cache.length[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
-        q, k = self._rope(q, pos), self._rope(k, pos)
-        cache.write(k, v)
-        S = int(pos.max()) + 1
+        S = int(at.max()) + 1
         keys = cache.k[:, :S].transpose(0, 2, 3, 1)  # [B, NK, D, S]
         values = cache.v[:, :S].transpose(0, 2, 1, 3)  # [B, NK, S, D]
-        g = nh // nk  # query head h reads key-value head h // g
-        qg = q.reshape(B, W, nk, g, d).transpose(0, 2, 3, 1, 4).reshape(B, nk, g * W, d)
-        scores = (qg @ keys).reshape(B, nk, g, W, S) * self.scale
-        hidden_keys = np.arange(S)[None, None, :] > pos[:, :, None]  # [B, W, S]
+        qg = q.reshape(B, nk, nh // nk, d)  # query head h reads key-value head h // (NH / NK)
+        scores = (qg @ keys) * self.scale  # [B, NK, G, S]
+        hidden_keys = np.arange(S)[None, :] > at[:, None]  # [B, S]
         scores = np.where(hidden_keys[:, None, None], -np.inf, scores)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        probs = (scores / scores.sum(axis=-1, keepdims=True)).reshape(B, nk, g * W, S)
-        out = (probs @ values).reshape(B, nk, g, W, d).transpose(0, 3, 1, 2, 4)
-        return out.reshape(B, W, nh * d).astype(np.float32) @ self.o
+        probs = scores / scores.sum(axis=-1, keepdims=True)
+        return (probs @ values).reshape(B, 1, nh * d).astype(np.float32)
 
     def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""

@@ -32,8 +32,10 @@ def setup():
 
 @pytest.mark.parametrize("hidden_norm", ["pre_norm", "post_norm"])
 def test_host_step_equals_the_mlx_heads(hidden_norm):
-    """Ragged rows (cache lengths 5, 0, 9), windows of 1 and 4 pairs: chain, normed hidden and
-    logits equal MLX's head run row by row over mlx-lm's KVCache, to fp32 tolerance."""
+    """Ragged rows (cache lengths 5, 0, 9), windows of 4 and 1 pairs read at a pair per row:
+    chain, normed hidden and logits equal MLX's head run row by row over mlx-lm's KVCache, to
+    fp32 tolerance (every pair's key and value went into the cache: the 1-pair step reads
+    them)."""
     target = tiny_model("qwen3", seed=4, layers=1)
     head = fit_mtp_head(target, steps=5, hidden_norm=hidden_norm)
     host = HostHead(head, target)
@@ -47,21 +49,23 @@ def test_host_step_equals_the_mlx_heads(hidden_norm):
             h = rng.normal(size=(1, n, H)).astype(np.float32)
             t = rng.integers(0, 64, size=(1, n))
             mx.eval(head.step(mx.array(h), embed(target, mx.array(t)), cache=mlx_caches[r]))
-            host.step(h, t, one)
+            chain, normed = host.step(h, t, one, None)  # a prompt's pairs: keys and values only
+            assert chain.shape == normed.shape == (1, 0, H)
             one.length += n
         cache.append(one)
-    for W in (4, 1):
+    for W, last in ((4, np.array([3, 1, 0])), (1, np.zeros(3, dtype=np.int64))):
         h = rng.normal(size=(3, W, H)).astype(np.float32)
         t = rng.integers(0, 64, size=(3, W))
-        chain, normed = host.step(h, t, cache)
+        chain, normed = host.step(h, t, cache, last)
         cache.length += W
-        logits = host.logits(normed[:, -1])
+        logits = host.logits(normed[:, 0])
         for r in range(3):
             g, n = head.step(mx.array(h[r : r + 1]), embed(target, mx.array(t[r : r + 1])),
                              cache=mlx_caches[r])  # fmt: skip
-            want = lm_head(target, n[:, -1:])[0, 0]
-            np.testing.assert_allclose(chain[r], np.array(g[0]), rtol=1e-4, atol=1e-4)
-            np.testing.assert_allclose(normed[r], np.array(n[0]), rtol=1e-4, atol=1e-4)
+            i = int(last[r])
+            want = lm_head(target, n[:, i : i + 1])[0, 0]
+            np.testing.assert_allclose(chain[r, 0], np.array(g[0, i]), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(normed[r, 0], np.array(n[0, i]), rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(logits[r], np.array(want), rtol=1e-4, atol=1e-4)
 
 
