@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
+from workers import launch
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal, greedy_select
@@ -25,17 +26,20 @@ from workers.drafters.mtp import MTPDrafter, Pairs
 from workers.mtp.host_head import HostCache, HostHead
 
 # "1" / "0": run MTP heads' steps on the host or not (unset: where MLX computes in launch, the
-# CPU, and HostHead supports the head).
+# CPU, and HostHead can run the head).
 ENV = "SPECFLEET_HOST_MTP"
 
 
 def host_head_wanted(drafter: MTPDrafter) -> bool:
     """Whether `drafter`'s head should run on the host: the environment's "1" / "0", else on
-    MLX's CPU backend; never for a head HostHead cannot run, nor where the head's steps are to
-    run as compiled MLX graphs (SPECFLEET_COMPILE_DRAFT): both keep MLX's steps."""
+    MLX's CPU backend; never for a head HostHead cannot run, where the head's steps are to run
+    as compiled MLX graphs (SPECFLEET_COMPILE_DRAFT), or where rounds may launch from a
+    launcher thread: these keep MLX's steps."""
     backend = Backend.current()
-    if HostHead.supports(drafter.head, drafter.target) or backend.wants(COMPILE_ENV):
+    if HostHead.unsupported_reason(drafter.head, drafter.target) or backend.wants(COMPILE_ENV):
         return False
+    if launch.rows_min(backend) is not None:  # rounds launched from a launcher thread: its
+        return False  # arrays are read through tickets only (workers/launch.py), not here
     return backend.wants(ENV, default=backend.computes_in_launch)
 
 
@@ -78,7 +82,7 @@ class HostMTPDrafter(MTPDrafter):
                 if h.shape[1] < W:
                     h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
                 self.host.step(h, tokens, new, None)  # their keys and values only
-                new.length += valid
+                new.lengths += valid
         self.cache.append(new)
         self._joined(histories)
 
@@ -99,14 +103,14 @@ class HostMTPDrafter(MTPDrafter):
             return empty_proposal(B)
         chain, logits = first  # [B, 1, H], [B, V] at each row's last valid pair
         drafted, probs = [], []
-        zeros = np.zeros(B, dtype=np.int64)
+        at_first = np.zeros(B, dtype=np.int64)  # a chained step's one pair per row
         for step in range(K):
             chosen, q = _select(request, logits, step)  # [B] int64, [B, V] | None
             drafted.append(chosen)
             probs.append(q)
             if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chain, normed = self.host.step(chain, chosen[:, None], self.cache, zeros)
-                self.cache.length += 1  # chained entries are dropped again at commit
+                chain, normed = self.host.step(chain, chosen[:, None], self.cache, at_first)
+                self.cache.lengths += 1  # chained entries are dropped again at commit
                 logits = self.host.logits(normed[:, 0])
         self._chained = np.full(B, K - 1, dtype=np.int64)
         q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
@@ -120,7 +124,7 @@ class HostMTPDrafter(MTPDrafter):
         tokens: mx.array | None = None,
     ) -> None:
         if self._chained.shape[0] == self.cache.num_rows and self._chained.any():
-            self.cache.length -= self._chained
+            self.cache.lengths -= self._chained
         self._chained = np.zeros(0, dtype=np.int64)
         if hidden is not None:
             self._queue_pairs(num_accepted, hidden, tokens)
@@ -132,13 +136,13 @@ class HostMTPDrafter(MTPDrafter):
         if pairs is None:
             return None
         if self._restart.any():  # their cache has a gap: restart it from the kept pairs
-            self.cache.length[self._restart] = 0
+            self.cache.lengths[self._restart] = 0
             self._restart[:] = False
         hidden = np.array(pairs.hidden, dtype=np.float32)  # waits for the verify (see above)
         tokens = np.array(pairs.tokens, dtype=np.int64)
         count = _host_count(pairs)
         chain, normed = self.host.step(hidden, tokens, self.cache, np.maximum(count - 1, 0))
-        self.cache.length += count
+        self.cache.lengths += count
         return chain, self.host.logits(normed[:, 0])
 
     def compile_steps(self) -> None:

@@ -13,9 +13,10 @@ The numbers are not MLX's bit for bit (other kernels, other summation orders). T
 drafts only decide how many tokens a round emits, the target's verify decides which
 (workers/verify.py), and a sampled draft's distribution q is the one it was drawn from.
 
-Supported: a head whose layer is mlx-lm's `qwen3.TransformerBlock` (q/k norms, plain RoPE, no
-biases) over a float32 target with an unquantized embedding (`HostHead.supports`); other heads
-keep the MLX drafter (workers/drafters/mtp.py).
+Supported (`HostHead.unsupported_reason`): a head whose layer is mlx-lm's
+`qwen3.TransformerBlock` (q/k norms, plain RoPE, no biases), its weights and the target's
+embedding and lm_head float32 weights alone (not quantized); other heads keep the MLX drafter
+(workers/drafters/mtp.py), and HostHead refuses them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from workers.mtp.hidden import text_model
 
@@ -39,6 +41,12 @@ class HostHead:
     weights are copied once, when it is made: a head updated later needs a new HostHead."""
 
     def __init__(self, head: Any, target: Any) -> None:
+        reason = self.unsupported_reason(head, target)
+        if reason:
+            raise ValueError(
+                f"the MTP head cannot run on the host: {reason}; use MTPDrafter (MLX's steps, "
+                "SPECFLEET_HOST_MTP=0)"
+            )
         layer = head.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         self.post_norm = bool(head.args.post_norm)
@@ -61,23 +69,23 @@ class HostHead:
             )
         }
         # Weights transposed once ([in, out]); k and v as one matmul, gate and up as another.
-        self.fc = np.ascontiguousarray(_np(head.fc.weight).T)  # [2H, H]
-        self.q = np.ascontiguousarray(_np(attn.q_proj.weight).T)  # [H, NH D]
+        self.w_fc = np.ascontiguousarray(_np(head.fc.weight).T)  # [2H, H]
+        self.w_q = np.ascontiguousarray(_np(attn.q_proj.weight).T)  # [H, NH D]
         kv = [attn.k_proj.weight, attn.v_proj.weight]
-        self.kv = np.ascontiguousarray(np.concatenate([_np(w) for w in kv]).T)  # [H, 2 NK D]
-        self.o = np.ascontiguousarray(_np(attn.o_proj.weight).T)
-        self.gate_up = np.ascontiguousarray(
+        self.w_kv = np.ascontiguousarray(np.concatenate([_np(w) for w in kv]).T)  # [H, 2 NK D]
+        self.w_o = np.ascontiguousarray(_np(attn.o_proj.weight).T)
+        self.w_gate_up = np.ascontiguousarray(
             np.concatenate([_np(mlp.gate_proj.weight), _np(mlp.up_proj.weight)]).T
         )
-        self.down = np.ascontiguousarray(_np(mlp.down_proj.weight).T)
+        self.w_down = np.ascontiguousarray(_np(mlp.down_proj.weight).T)
         tm = text_model(target)
         self.embed = _np(tm.model.embed_tokens.weight)  # [V, H]
         lm = getattr(tm, "lm_head", None)
         self.lm_head = self.embed if lm is None else _np(lm.weight)  # [V, H], read as x @ W.T
 
     @staticmethod
-    def supports(head: Any, target: Any) -> str:
-        """'' when this class can run `head` for `target`, else why not."""
+    def unsupported_reason(head: Any, target: Any) -> str:
+        """Why this class cannot run `head` for `target` ('' when it can)."""
         from mlx_lm.models import qwen3
 
         layers = getattr(head, "layers", [])
@@ -91,13 +99,18 @@ class HostHead:
         if rope.dims != attn.q_norm.weight.shape[0]:
             return "its RoPE rotates part of each head"
         tm = text_model(target)
-        modules = [tm.model.embed_tokens, getattr(tm, "lm_head", None), head]
-        for m in modules:
+        modules = {"the head": head, "the target's embedding": tm.model.embed_tokens,
+                   "the target's lm_head": getattr(tm, "lm_head", None)}  # fmt: skip
+        for name, m in modules.items():
             if m is None:
                 continue
-            kinds = {v.dtype for v in _leaves(m)}
+            leaves: Any = tree_flatten(m.parameters())
+            kinds = {v.dtype for _, v in leaves}
             if kinds != {mx.float32}:
-                return f"it or the target's embedding is not float32 ({sorted(map(str, kinds))})"
+                return f"{name} is not float32 ({sorted(map(str, kinds))})"
+            extra = {k.split(".")[-1] for k, _ in leaves} - {"weight"}
+            if extra:  # a bias, or a quantized layer's scales: this class reads weights only
+                return f"{name} has parameters other than weights ({sorted(extra)})"
         return ""
 
     def step(
@@ -113,10 +126,10 @@ class HostHead:
         B, W, H = hidden.shape
         nh, nk, d = self.nh, self.nk, self.d
         e = self._norm(self.embed[tokens], "e")
-        x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.fc  # [B, W, H]
+        x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.w_fc  # [B, W, H]
         a = self._norm(x, "ln1")
-        pos = cache.length[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
-        kv = a @ self.kv  # [B, W, 2 NK D]
+        pos = cache.lengths[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
+        kv = a @ self.w_kv  # [B, W, 2 NK D]
         k = self._rope(self._norm(kv[..., : nk * d].reshape(B, W, nk, d), "k"), pos)
         cache.write(k, kv[..., nk * d :].reshape(B, W, nk, d))
         if last is None:
@@ -124,11 +137,11 @@ class HostHead:
             return empty, empty
         rows = np.arange(B)
         at = pos[rows, last][:, None]  # [B, 1] the wanted pairs' positions
-        q = self._rope(self._norm((a[rows, last] @ self.q).reshape(B, 1, nh, d), "q"), at)
-        x = x[rows, last][:, None] + self._attention(q, at[:, 0], cache) @ self.o  # [B, 1, H]
-        gu = self._norm(x, "ln2") @ self.gate_up  # [B, 1, 2F]
+        q = self._rope(self._norm((a[rows, last] @ self.w_q).reshape(B, 1, nh, d), "q"), at)
+        x = x[rows, last][:, None] + self._attention(q, at[:, 0], cache) @ self.w_o  # [B, 1, H]
+        gu = self._norm(x, "ln2") @ self.w_gate_up  # [B, 1, 2F]
         g, u = gu[..., : gu.shape[-1] // 2], gu[..., gu.shape[-1] // 2 :]
-        x = x + (g / (1.0 + np.exp(-g)) * u) @ self.down
+        x = x + (g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u) @ self.w_down  # SiLU(g) * u
         normed = self._norm(x, "out")
         return (normed if self.post_norm else x), normed
 
@@ -151,11 +164,11 @@ class HostHead:
         values = cache.v[:, :S].transpose(0, 2, 1, 3)  # [B, NK, S, D]
         qg = q.reshape(B, nk, nh // nk, d)  # query head h reads key-value head h // (NH / NK)
         scores = (qg @ keys) * self.scale  # [B, NK, G, S]
-        hidden_keys = np.arange(S)[None, :] > at[:, None]  # [B, S]
-        scores = np.where(hidden_keys[:, None, None], -np.inf, scores)
+        future = np.arange(S)[None, :] > at[:, None]  # [B, S] keys after the query
+        scores = np.where(future[:, None, None], -np.inf, scores)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
-        return (probs @ values).reshape(B, 1, nh * d).astype(np.float32)
+        return (probs @ values).reshape(B, 1, nh * d)
 
     def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""
@@ -177,21 +190,25 @@ class HostCache:
     def __init__(self, rows: int, nk: int, d: int, slots: int = 64) -> None:
         self.k = np.zeros((rows, slots, nk, d), dtype=np.float32)  # [B, S, NK, D]
         self.v = np.zeros_like(self.k)
-        self.length = np.zeros(rows, dtype=np.int64)  # [B]
+        self.lengths = np.zeros(rows, dtype=np.int64)  # [B]
+
+    def state_arrays(self) -> list[mx.array]:
+        """The MLX arrays it holds, as BatchCache's (none: it lives on the host)."""
+        return []
 
     @property
     def num_rows(self) -> int:
-        return int(self.length.shape[0])
+        return int(self.lengths.shape[0])
 
     def write(self, k: np.ndarray, v: np.ndarray) -> None:
         """Keys and values [B, W, NK, D] at each row's next W slots (not committed)."""
         B, W = k.shape[:2]
-        need = int(self.length.max(initial=0)) + W
+        need = int(self.lengths.max(initial=0)) + W
         if need > self.k.shape[1]:
             grown = max(need, 2 * self.k.shape[1])
             pad = [(0, 0), (0, grown - self.k.shape[1]), (0, 0), (0, 0)]
             self.k, self.v = np.pad(self.k, pad), np.pad(self.v, pad)
-        slots = self.length[:, None] + np.arange(W)  # [B, W]
+        slots = self.lengths[:, None] + np.arange(W)  # [B, W]
         rows = np.arange(B)[:, None]
         self.k[rows, slots], self.v[rows, slots] = k, v
 
@@ -200,14 +217,7 @@ class HostCache:
         pad = lambda a: np.pad(a, [(0, 0), (0, S - a.shape[1]), (0, 0), (0, 0)])  # noqa: E731
         self.k = np.concatenate([pad(self.k), pad(other.k)])
         self.v = np.concatenate([pad(self.v), pad(other.v)])
-        self.length = np.concatenate([self.length, other.length])
+        self.lengths = np.concatenate([self.lengths, other.lengths])
 
     def keep_rows(self, idx: list[int]) -> None:
-        self.k, self.v, self.length = self.k[idx], self.v[idx], self.length[idx]
-
-
-def _leaves(module: Any) -> list[mx.array]:
-    from mlx.utils import tree_flatten
-
-    leaves: Any = tree_flatten(module.parameters())
-    return [v for _, v in leaves]
+        self.k, self.v, self.lengths = self.k[idx], self.v[idx], self.lengths[idx]

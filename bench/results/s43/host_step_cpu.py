@@ -20,11 +20,11 @@ def main() -> None:
     drafter = Engine.load(None, drafter="mtp", max_batch_size=1).drafter
     host = HostHead(drafter.head, drafter.target)  # type: ignore[union-attr]
     cache = HostCache(1, host.nk, host.d)
-    H = host.fc.shape[1]
+    H = host.w_fc.shape[1]
     host.step(
         np.random.randn(1, 100, H).astype(np.float32), np.zeros((1, 100), np.int64), cache, None
     )
-    cache.length += 100
+    cache.lengths += 100
     big = np.random.randn(40 * 2**20 // 4).astype(np.float32)
     for W in (1, 4):
         x, tok = np.random.randn(1, W, H).astype(np.float32), np.arange(W)[None]

@@ -51,13 +51,13 @@ def test_host_step_equals_the_mlx_heads(hidden_norm):
             mx.eval(head.step(mx.array(h), embed(target, mx.array(t)), cache=mlx_caches[r]))
             chain, normed = host.step(h, t, one, None)  # a prompt's pairs: keys and values only
             assert chain.shape == normed.shape == (1, 0, H)
-            one.length += n
+            one.lengths += n
         cache.append(one)
     for W, last in ((4, np.array([3, 1, 0])), (1, np.zeros(3, dtype=np.int64))):
         h = rng.normal(size=(3, W, H)).astype(np.float32)
         t = rng.integers(0, 64, size=(3, W))
         chain, normed = host.step(h, t, cache, last)
-        cache.length += W
+        cache.lengths += W
         logits = host.logits(normed[:, 0])
         for r in range(3):
             g, n = head.step(mx.array(h[r : r + 1]), embed(target, mx.array(t[r : r + 1])),
@@ -148,7 +148,7 @@ def test_backlog_restart_and_prompt_window_as_mlx_does(setup):
                 restart = drafter._restart.copy()
                 out = orig()
                 if restart.any():  # restarted rows hold only the kept verifies' pairs
-                    restarted.append(drafter.cache.length[restart].copy())
+                    restarted.append(drafter.cache.lengths[restart].copy())
                 return out
 
             drafter._absorb_host = spy  # type: ignore[method-assign]
@@ -181,3 +181,60 @@ def test_engine_load_runs_the_head_on_the_host_where_mlx_computes_in_launch(setu
     assert isinstance(loaded, HostMTPDrafter) == (mx.default_device() == mx.cpu)
     with pytest.raises(ValueError, match="no MLX steps to compile"):
         HostMTPDrafter(target, head).compile_steps()
+
+
+def test_host_cache_grows_appends_and_keeps_rows_as_lists_would():
+    """Writes past the first 64 slots, appends of caches of other sizes and row subsets (to
+    none and back) against per-row lists of what was committed."""
+    rng = np.random.default_rng(1)
+    cache, rows = HostCache(2, 1, 2), [[], []]  # one key-value head of 2: a key is 2 floats
+
+    def write(c: HostCache, want: list, counts: list[int], W: int) -> None:
+        k = rng.normal(size=(c.num_rows, W, 1, 2)).astype(np.float32)
+        c.write(k, -k)
+        for r, n in enumerate(counts):
+            want[r].extend(k[r, :n, 0].tolist())
+        c.lengths += np.array(counts)
+
+    for _ in range(30):  # 3 pairs written a round, 1 or 3 committed: past 64 slots
+        write(cache, rows, [int(rng.integers(1, 4)), 3], 3)
+    other, other_rows = HostCache(1, 1, 2, slots=8), [[]]
+    write(other, other_rows, [5], 5)
+    cache.append(other)
+    rows += other_rows
+    cache.keep_rows([2, 1])
+    rows = [rows[2], rows[1]]
+    write(cache, rows, [2, 1], 2)
+    assert cache.lengths.tolist() == [len(r) for r in rows] and max(cache.lengths) > 64
+    for r, want in enumerate(rows):
+        np.testing.assert_array_equal(cache.k[r, : len(want), 0], np.array(want))
+        np.testing.assert_array_equal(cache.v[r, : len(want), 0], -np.array(want))
+    cache.keep_rows([])
+    cache.append(HostCache(1, 1, 2))
+    assert cache.num_rows == 1 and cache.lengths.tolist() == [0]
+
+
+def test_unsupported_heads_are_refused_with_the_reason(setup):
+    target, head = setup
+    assert HostHead.unsupported_reason(head, target) == ""
+    bf16 = fit_mtp_head(target, steps=1)
+    bf16.set_dtype(mx.bfloat16)
+    assert "not float32" in HostHead.unsupported_reason(bf16, target)
+    rope = head.layers[0].self_attn.rope
+    try:
+        rope.traditional = True
+        assert "traditional" in HostHead.unsupported_reason(head, target)
+    finally:
+        rope.traditional = False
+    hybrid = tiny_model("qwen3_5", seed=3, layers=4)
+    with pytest.raises(ValueError, match="not a qwen3 decoder layer"):
+        HostMTPDrafter(hybrid, fit_mtp_head(hybrid, steps=1))
+
+
+def test_no_host_head_where_rounds_may_launch_from_a_launcher_thread(setup, monkeypatch):
+    from workers import launch
+
+    target, head = setup
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv(launch.ENV, "1")
+    assert not host_head_wanted(MTPDrafter(target, head))
