@@ -238,3 +238,41 @@ def test_no_host_head_where_rounds_may_launch_from_a_launcher_thread(setup, monk
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv(launch.ENV, "1")
     assert not host_head_wanted(MTPDrafter(target, head))
+
+
+def test_sampled_drafts_at_depth_four_carry_the_q_they_were_drawn_from(setup):
+    """A sampled request, 4 drafts deep, through both drafters from the same verified state:
+    the host head's draft distributions equal MLX's head's at every depth (fp32 tolerance), the
+    same uniforms draw the same tokens, and the proposal hands over exactly the q each draft
+    was drawn from (what rejection sampling divides by)."""
+    from workers.drafters.base import DraftRequest
+    from workers.mtp.hidden import target_hidden_and_logits
+
+    target, head = setup
+    prompt = mixed_prompts(1, seed=21, lengths=[12])[0]
+    hidden, logits = target_hidden_and_logits(target, mx.array([prompt]))
+    nxt = int(mx.argmax(logits[0, -1]).item())
+    runs = {}
+    for kind in (MTPDrafter, HostMTPDrafter):
+        drafter = kind(target, head)
+        drafter.add_rows([prompt], hidden[:, :-1])  # pairs (h_t, x_t+1) of the prompt
+        # The first verify: a plain round committing `nxt` after the prompt's last hidden.
+        drafter.commit(mx.array([0]), hidden[:, -1:], mx.array([[nxt]], dtype=mx.int32))
+        rng, qs, drawn = np.random.default_rng(5), [], []
+
+        def select(step_logits, step, rng=rng, qs=qs, drawn=drawn):  # type: ignore[no-untyped-def]
+            q = mx.softmax(step_logits.astype(mx.float32) / 0.8, axis=-1)  # [1, V]
+            cdf = np.cumsum(np.array(q[0], dtype=np.float64))
+            token = int(min(np.searchsorted(cdf, rng.random() * cdf[-1]), len(cdf) - 1))
+            qs.append(np.array(q[0]))
+            drawn.append(token)
+            return mx.array([token], dtype=mx.int32), q
+
+        request = DraftRequest(histories=[prompt + [nxt]], depths=np.array([4]), select=select)
+        proposal = drafter.propose(request)
+        assert proposal.counts.tolist() == [4] and proposal.probs is not None
+        np.testing.assert_array_equal(np.array(proposal.probs[0]), np.stack(qs))
+        assert np.array(proposal.device_tokens())[0].tolist() == drawn
+        runs[kind] = (np.stack(qs), drawn)
+    np.testing.assert_allclose(runs[HostMTPDrafter][0], runs[MTPDrafter][0], atol=1e-5)
+    assert runs[HostMTPDrafter][1] == runs[MTPDrafter][1]
