@@ -226,9 +226,6 @@ class MTPDrafter:
         pairs = self._take_backlog()
         if pairs is None:
             return None
-        if self._restart.any():  # their cache has a gap: restart it from the kept pairs
-            self.cache.reset_rows(self._restart)
-            self._restart[:] = False
         W = pairs.tokens.shape[1]
         last = mx.maximum(pairs.count - 1, 0)
         outs = self._step(pairs.hidden, pairs.tokens, np.full(self.cache.num_rows, W), last)
@@ -239,9 +236,13 @@ class MTPDrafter:
         return outs  # lazy: evaluated with the verify that consumes the drafts
 
     def _take_backlog(self) -> Pairs | None:
-        """Every backlogged pair as one window (None: none waiting); empties the backlog."""
+        """Every backlogged pair as one window (None: none waiting); empties the backlog, and
+        empties the cache rows that lost pairs, which restart from the window's."""
         if not self.backlog:
             return None
+        if self._restart.any():  # their cache has a gap: restart it from the kept pairs
+            self.cache.reset_rows(self._restart)
+            self._restart[:] = False
         if len(self.backlog) == 1:
             pairs = self.backlog[0]
         else:

@@ -44,7 +44,8 @@ def host_head_wanted(drafter: MTPDrafter) -> bool:
 
 
 class HostMTPDrafter(MTPDrafter):
-    """MTPDrafter's membership, backlog and commit; its head steps in NumPy (HostHead)."""
+    """MTPDrafter's membership, backlog and commit (HostCache has BatchCache's rollback,
+    reset_rows and tighten); its head steps in NumPy (HostHead)."""
 
     cache: HostCache  # type: ignore[assignment]  # the host's, not MLX's ragged BatchCache
 
@@ -86,9 +87,6 @@ class HostMTPDrafter(MTPDrafter):
         self.cache.append(new)
         self._joined(histories)
 
-    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
-        """Nothing to narrow: the host cache's lengths are exact."""
-
     # -- the round ------------------------------------------------------------------------------
     def propose(self, request: DraftRequest) -> Proposal:
         """Chain the head K steps for every row on the host; the drafts go to the device as a
@@ -117,27 +115,12 @@ class HostMTPDrafter(MTPDrafter):
         tokens = mx.array(np.stack(drafted, axis=1).astype(np.int32))
         return Proposal(tokens=tokens, counts=depths, probs=q_all)
 
-    def commit(
-        self,
-        num_accepted: np.ndarray | mx.array,
-        hidden: mx.array | None = None,
-        tokens: mx.array | None = None,
-    ) -> None:
-        if self._chained.shape[0] == self.cache.num_rows and self._chained.any():
-            self.cache.lengths -= self._chained
-        self._chained = np.zeros(0, dtype=np.int64)
-        if hidden is not None:
-            self._queue_pairs(num_accepted, hidden, tokens)
-
     def _absorb_host(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Run every backlogged verified pair into the host cache in one step; returns the
         chain [B, 1, H] and the logits [B, V] at each row's last pair."""
         pairs = self._take_backlog()
         if pairs is None:
             return None
-        if self._restart.any():  # their cache has a gap: restart it from the kept pairs
-            self.cache.lengths[self._restart] = 0
-            self._restart[:] = False
         hidden = np.array(pairs.hidden, dtype=np.float32)  # waits for the verify (see above)
         tokens = np.array(pairs.tokens, dtype=np.int64)
         count = _host_count(pairs)

@@ -212,6 +212,21 @@ class HostCache:
         rows = np.arange(B)[:, None]
         self.k[rows, slots], self.v[rows, slots] = k, v
 
+    # BatchCache's drafter-cache operations (workers/kv_cache.py), so MTPDrafter's commit,
+    # restart and tighten run on this cache unchanged.
+    def rollback(self, num_drop: np.ndarray) -> None:
+        """Forget the last num_drop[r] committed entries of each row (the chained drafts)."""
+        d = np.asarray(num_drop, dtype=np.int64)
+        assert d.shape == self.lengths.shape and (d >= 0).all() and (d <= self.lengths).all()
+        self.lengths = self.lengths - d
+
+    def reset_rows(self, rows: np.ndarray) -> None:
+        """Empty the rows where `rows` [B] bool is set (a row restarting its head cache)."""
+        self.lengths = np.where(rows, 0, self.lengths)
+
+    def tighten(self, bounds: np.ndarray, rows: np.ndarray) -> None:
+        """Nothing to narrow: the host's lengths are exact, never upper bounds."""
+
     def append(self, other: HostCache) -> None:
         S = max(self.k.shape[1], other.k.shape[1])
         pad = lambda a: np.pad(a, [(0, 0), (0, S - a.shape[1]), (0, 0), (0, 0)])  # noqa: E731
