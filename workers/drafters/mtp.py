@@ -13,9 +13,9 @@ so an MTP head the depth policy has switched off costs no head step at all: past
 verifies the oldest pairs are dropped, and a row that lost pairs restarts its head cache from the
 pairs kept when drafting resumes (the head drafts from local context: the default model's
 acceptance is 0.534 with 32 pairs of context against 0.552 with all). Draft j > 1 chains (the
-head's output g, draft j-1). A row that just joined has no verified hidden for its newest token
-yet, so it drafts nothing in its first round; a joining prompt enters the head through its last
-`prompt_window` pairs only.
+head's output g, draft j-1). A joining prompt enters the head through its last `prompt_window`
+pairs only, the last of them held in the backlog: its output drafts the row's first round, as a
+verify's newest pair drafts the next round.
 
 Which hidden the head reads (before or after the target's final norm; g before or after
 `mtp.norm`) is the checkpoint's `specfleet_mtp_hidden` setting, `head.args.hidden_norm`
@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
@@ -40,6 +41,9 @@ from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows
 from workers.kv_cache import SPAN, BatchCache
 from workers.mtp.hidden import embed, final_norm, lm_head, shared_modules, text_model
+
+if TYPE_CHECKING:
+    from workers.mtp.host_head import HostCache
 
 
 class MTPDrafter:
@@ -113,6 +117,7 @@ class MTPDrafter:
         """Pair each prompt's hidden states with its next tokens and run them into the cache."""
         n = len(histories)
         new = BatchCache([False], n)
+        held = None
         if hidden is not None:
             # Pair t: (h_t, x_{t+1}); hidden holds each row's last min(prompt_window, len - 1)
             # h_t, t = start .. len-2 (the Drafter protocol), so only those pairs enter the head.
@@ -132,17 +137,24 @@ class MTPDrafter:
                 # stays lazy and runs with the first round that drafts from it.
                 if start + self.prefill_step_size < longest:
                     launch.evaluate_behind(new.state_arrays())
+            held = hold_last_pairs(new, hidden, nexts)
         self.cache.append(new)
-        self._joined(histories)
+        self._joined(histories, held)
 
-    def _joined(self, histories: Sequence[Sequence[int]]) -> None:
-        """The bookkeeping of rows appended (their cache rows already are)."""
+    def _joined(self, histories: Sequence[Sequence[int]], held: Pairs | None = None) -> None:
+        """The bookkeeping of rows appended (their cache rows already are); `held`: each
+        joiner's last prompt pair (`hold_last_pairs`), queued for the first drafting round."""
         n = len(histories)
         self.histories.extend(histories)
         self.ready = np.concatenate([self.ready, np.zeros(n, dtype=bool)])
         self._waiting = np.concatenate([self._waiting, np.zeros(n, dtype=np.int64)])
         self._restart = np.concatenate([self._restart, np.zeros(n, dtype=bool)])
         self.backlog = [p.with_rows_added(n) for p in self.backlog]  # no pairs for joiners
+        if held is not None and held.count_host is not None and held.count_host.any():
+            before = self.cache.num_rows - n
+            joined = np.concatenate([np.zeros(before, dtype=bool), held.count_host > 0])
+            self._push(held.with_rows_added(before, at_start=True), joined)
+            self.ready |= joined
 
     def keep_rows(self, keep: Sequence[int]) -> None:
         idx = list(keep)
@@ -212,9 +224,14 @@ class MTPDrafter:
         else:
             host = np.asarray(num_accepted, dtype=np.int64) + 1
             pairs = Pairs(self._head_hidden(hidden), tok, mx.array(host.astype(np.int32)), host)
-        self.backlog.append(pairs)
         self.ready = np.ones(self.cache.num_rows, dtype=bool)
-        self._waiting += 1
+        self._push(pairs, self.ready)
+
+    def _push(self, pairs: Pairs, rows: np.ndarray) -> None:
+        """Queue one backlog entry; `rows` [B] bool: the rows it holds pairs for. A row's
+        entries are always its newest `_waiting` ones (every verify holds pairs for every row)."""
+        self.backlog.append(pairs)
+        self._waiting += rows
         if len(self.backlog) > self.max_backlog:  # no round has drafted for a while
             self.backlog = self.backlog[-self.max_backlog :]
             self._restart |= self._waiting > self.max_backlog
@@ -310,15 +327,22 @@ class Pairs:
     count: mx.array  # [B] int32 valid pairs per row (a prefix)
     count_host: np.ndarray | None = None  # the same counts, when the host has them
 
-    def with_rows_added(self, n: int) -> Pairs:
+    def with_rows_added(self, n: int, at_start: bool = False) -> Pairs:
+        """n rows without pairs added after the rows (or before them, `at_start`)."""
         B, P, H = self.hidden.shape
+
+        def add(x: mx.array, zeros: mx.array) -> mx.array:
+            return mx.concatenate([zeros, x] if at_start else [x, zeros])
+
+        host = None
+        if self.count_host is not None:
+            none = np.zeros(n, dtype=np.int64)
+            host = np.concatenate([none, self.count_host] if at_start else [self.count_host, none])
         return Pairs(
-            mx.concatenate([self.hidden, mx.zeros((n, P, H), self.hidden.dtype)]),
-            mx.concatenate([self.tokens, mx.zeros((n, P), self.tokens.dtype)]),
-            mx.concatenate([self.count, mx.zeros(n, dtype=mx.int32)]),
-            None
-            if self.count_host is None
-            else np.concatenate([self.count_host, np.zeros(n, dtype=np.int64)]),
+            add(self.hidden, mx.zeros((n, P, H), self.hidden.dtype)),
+            add(self.tokens, mx.zeros((n, P), self.tokens.dtype)),
+            add(self.count, mx.zeros(n, dtype=mx.int32)),
+            host,
         )
 
     def with_rows(self, idx: list[int]) -> Pairs:
@@ -345,6 +369,23 @@ class Pairs:
         hosts = [p.count_host for p in parts if p.count_host is not None]
         host = np.sum(hosts, axis=0) if len(hosts) == len(parts) else None
         return cls(hidden, tokens, offset, host)
+
+
+def hold_last_pairs(
+    new: BatchCache | HostCache, hidden: mx.array, nexts: Sequence[Sequence[int]]
+) -> Pairs:
+    """Take each joiner's last prompt pair back out of its new cache rows (it ran with the
+    others; the rows' lengths drop it) as a one-pair backlog entry, hidden [n, P, H] as the head
+    reads it, nexts[r] the row's paired tokens. The first drafting round runs it and drafts from
+    its output: pair (h_{L-2}, x_{L-1}) predicts x_L, the first token the row's first round
+    verifies, so a joiner drafts from its first round on (it waited for a verify before)."""
+    counts = np.array([len(x) for x in nexts], dtype=np.int64)
+    has = (counts > 0).astype(np.int64)
+    new.rollback(has)
+    at = mx.array(np.maximum(counts - 1, 0).astype(np.int32))[:, None, None]  # [n, 1, 1]
+    h = mx.take_along_axis(hidden, at, axis=1)  # [n, 1, H]
+    tokens = np.array([[x[-1] if len(x) else 0] for x in nexts], dtype=np.int32)  # [n, 1]
+    return Pairs(h, mx.array(tokens), mx.array(has.astype(np.int32)), has)
 
 
 def _pad_axis1(x: mx.array, width: int) -> mx.array:

@@ -22,7 +22,7 @@ from workers import launch
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal, greedy_select
-from workers.drafters.mtp import MTPDrafter, Pairs
+from workers.drafters.mtp import MTPDrafter, Pairs, hold_last_pairs
 from workers.mtp.host_head import HostCache, HostHead
 
 # "1" / "0": run MTP heads' steps on the host or not (unset: where MLX computes in launch, the
@@ -65,11 +65,13 @@ class HostMTPDrafter(MTPDrafter):
         """Run each prompt's last `prompt_window` pairs into a new row of the host cache."""
         n = len(histories)
         new = HostCache(n, self.host.nk, self.host.d)
+        held = None
         if hidden is not None:
             # Pair t: (h_t, x_{t+1}) for the hidden positions the engine handed over (see
             # MTPDrafter.add_rows), right-padded; a row's padding is written past its length.
             starts = [max(0, len(h) - 1 - self.prompt_window) for h in histories]
-            h_all = np.array(self._head_hidden(hidden), dtype=np.float32)  # [n, P, H]
+            hidden = self._head_hidden(hidden)
+            h_all = np.array(hidden, dtype=np.float32)  # [n, P, H]
             nexts = [list(h[s + 1 :]) for h, s in zip(histories, starts)]
             longest = max(len(x) for x in nexts)
             for start in range(0, longest, self.prefill_step_size):
@@ -84,8 +86,9 @@ class HostMTPDrafter(MTPDrafter):
                     h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
                 self.host.step(h, tokens, new, None)  # their keys and values only
                 new.lengths += valid
+            held = hold_last_pairs(new, hidden, nexts)
         self.cache.append(new)
-        self._joined(histories)
+        self._joined(histories, held)
 
     # -- the round ------------------------------------------------------------------------------
     def propose(self, request: DraftRequest) -> Proposal:

@@ -142,7 +142,10 @@ def test_a_joining_prompt_enters_the_head_through_its_last_pairs(setup):
     def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
         before = drafter.cache.num_rows
         orig(histories, hidden)
-        joined.append(drafter.cache.lengths[before:].copy())
+        # In the cache, plus the last pair held in the backlog for the first drafting round.
+        held = drafter.backlog[-1].count_host[before:] if drafter.backlog else 0
+        joined.append(drafter.cache.lengths[before:] + held)
+        assert (drafter.ready[before:] == (held > 0)).all()  # a held pair drafts at once
 
     drafter.add_rows = spy  # type: ignore[method-assign]
     engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3)

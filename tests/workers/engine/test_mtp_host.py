@@ -105,6 +105,55 @@ def test_host_drafts_are_mlx_drafts_and_outputs_are_mlx_lms(setup, bs, depth):
     assert accepted[HostMTPDrafter] >= 0.9 * accepted[MTPDrafter], accepted
 
 
+def _first_draft_reference(target, head, prompt: list[int]) -> mx.array:
+    """The head's logits [V] at the prompt's last pair (h_{L-2}, x_{L-1}), from mlx-lm's
+    layers and the head over every pair, causal, no cache: what drafts x_L."""
+    inner = target.model
+    h = inner.embed_tokens(mx.array([prompt]))
+    for layer in inner.layers:
+        h = layer(h, mask="causal", cache=None)  # pre-norm: the setup head's convention
+    x = mx.array([prompt])
+    out = head(h[:, :-1], embed(target, x[:, 1:]), mask="causal")
+    return lm_head(target, out[:, -1:])[0, 0]
+
+
+@pytest.mark.parametrize("kind", [MTPDrafter, HostMTPDrafter])
+def test_a_joiner_drafts_its_first_round_from_its_last_prompt_pair(setup, kind):
+    """A joining row's first round drafts (it waited for a verify before): the head's output
+    at the prompt's last pair predicts x_L, the first token that round verifies. Greedy: the
+    first draft is the head's argmax there, computed apart, and outputs stay mlx-lm's.
+    Sampled: the first draft's q is the softmax of those logits."""
+    target, head = setup
+    assert head.args.hidden_norm == "pre_norm"
+    prompts = mixed_prompts(4, seed=9, lengths=[12, 7, 20, 16])
+    engine = Engine(target, drafter=kind(target, head), max_batch_size=1, draft_depth=3)
+    seen: list[tuple[np.ndarray, np.ndarray | None]] = []
+    orig = engine.drafter.propose  # type: ignore[union-attr]
+
+    def spy(request):  # type: ignore[no-untyped-def]
+        p = orig(request)
+        probs = None if p.probs is None else np.array(p.probs)
+        seen.append((np.array(p.device_tokens()), probs))
+        return p
+
+    engine.drafter.propose = spy  # type: ignore[union-attr,method-assign]
+    for i, prompt in enumerate(prompts):
+        want = _first_draft_reference(target, head, prompt)
+        before = len(seen)
+        greedy = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+        out = engine.generate([prompt], greedy)
+        assert_matches(out[0].tokens, reference_greedy(target, prompt, MAX_TOKENS), f"{i}")
+        first, _ = seen[before]  # the row's first round (the prefill's step proposes nothing)
+        assert first.shape == (1, 3), i
+        assert int(first[0, 0]) == int(mx.argmax(want)), i
+        before = len(seen)
+        sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=i, ignore_eos=True)
+        engine.generate([prompt], sampled)
+        first, q = seen[before]
+        assert first.shape == (1, 3) and q is not None, i
+        np.testing.assert_allclose(q[0, 0], np.array(mx.softmax(want)), atol=2e-5)
+
+
 def test_rows_join_and_leave_a_host_drafting_batch(setup):
     target, head = setup
     prompts = mixed_prompts(6, seed=12)
