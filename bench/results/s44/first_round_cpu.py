@@ -83,12 +83,21 @@ def main() -> None:
         passes.append({k: round(this["plain"] / v, 3) for k, v in this.items() if k != "plain"})
     total = {k: round(wall["plain"] / v, 3) for k, v in wall.items() if k != "plain"}
     runs = reps * n
-    print(json.dumps({
-        "depth": depth, "adaptive": adaptive, "batch_size": B, "prompts": n, "reps": reps,
-        "plain_over_engine": total, "passes": passes,
-        "drafting_rounds_per_request": {k: round(v / runs, 2) for k, v in drafting.items()},
-        "plain_tokens_per_s_note": "ratios only: this VM's absolute rates drift",
-    }))
+    print(
+        json.dumps(
+            {
+                "depth": depth,
+                "adaptive": adaptive,
+                "batch_size": B,
+                "prompts": n,
+                "reps": reps,
+                "plain_over_engine": total,
+                "passes": passes,
+                "drafting_rounds_per_request": {k: round(v / runs, 2) for k, v in drafting.items()},
+                "plain_tokens_per_s_note": "ratios only: this VM's absolute rates drift",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
