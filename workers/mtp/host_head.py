@@ -35,10 +35,26 @@ def _np(a: mx.array) -> np.ndarray:
     return np.array(a, dtype=np.float32)
 
 
+def _shared(a: mx.array) -> np.ndarray:
+    """A read-only NumPy view of a float32 MLX array, no copy (the target's embedding and
+    lm_head, [V, H]: V x H x 4 bytes, large for a large vocabulary); a copy where MLX cannot
+    export its buffer as one."""
+    mx.eval(a)
+    try:
+        view = np.asarray(memoryview(a))
+    except (TypeError, ValueError, BufferError):
+        return _np(a)
+    if view.dtype != np.float32 or view.shape != tuple(a.shape):
+        return _np(a)
+    view.flags.writeable = False
+    return view
+
+
 class HostHead:
     """A one-layer MTP head's weights as NumPy arrays, and its step (shapes below: B rows,
     W window positions, H hidden, NH / NK query / key-value heads of D, V vocabulary). The
-    weights are copied once, when it is made: a head updated later needs a new HostHead."""
+    head's weights are copied once, when it is made, and the target's embedding and lm_head
+    viewed: a model whose weights are replaced later needs a new HostHead."""
 
     def __init__(self, head: Any, target: Any) -> None:
         reason = self.unsupported_reason(head, target)
@@ -79,9 +95,11 @@ class HostHead:
         )
         self.w_down = np.ascontiguousarray(_np(mlp.down_proj.weight).T)
         tm = text_model(target)
-        self.embed = _np(tm.model.embed_tokens.weight)  # [V, H]
+        # The target's own buffers, viewed (read-only): the head's small weights are copied
+        # above (transposed, fused), but these two are as large as the vocabulary.
+        self.embed = _shared(tm.model.embed_tokens.weight)  # [V, H]
         lm = getattr(tm, "lm_head", None)
-        self.lm_head = self.embed if lm is None else _np(lm.weight)  # [V, H], read as x @ W.T
+        self.lm_head = self.embed if lm is None else _shared(lm.weight)  # [V, H], x @ W.T
 
     @staticmethod
     def unsupported_reason(head: Any, target: Any) -> str:

@@ -263,6 +263,22 @@ def test_host_cache_grows_appends_and_keeps_rows_as_lists_would():
     assert cache.num_rows == 1 and cache.lengths.tolist() == [0]
 
 
+def test_host_head_views_the_targets_embedding_instead_of_copying_it(setup):
+    """The embedding and the tied lm_head ([V, H], as large as the vocabulary) are the target's
+    own buffer, read-only; the head's small weights are copies."""
+    target, head = setup
+    host = HostHead(head, target)
+    weight = target.model.embed_tokens.weight
+    target_buffer = np.asarray(memoryview(weight))
+    assert np.shares_memory(host.embed, target_buffer)
+    assert host.lm_head is host.embed  # tied
+    assert not host.embed.flags.writeable
+    np.testing.assert_array_equal(host.embed, np.array(weight))
+    assert not np.shares_memory(
+        host.w_q, np.asarray(memoryview(head.layers[0].self_attn.q_proj.weight))
+    )
+
+
 def test_unsupported_heads_are_refused_with_the_reason(setup):
     target, head = setup
     assert HostHead.unsupported_reason(head, target) == ""
