@@ -92,6 +92,7 @@ class MTPDrafter:
         self._chained = np.zeros(0, dtype=np.int64)
         self.histories: list[Sequence[int]] = []  # live references to the rows' histories
         self.compiled: CompiledStep | None = None  # see compile_steps
+        self._at_first: dict[int, mx.array] = {}  # B -> a chained step's read index (`_chain`)
 
     @classmethod
     def from_target(cls, target: object, model_dir: str | Path) -> MTPDrafter:
@@ -115,8 +116,7 @@ class MTPDrafter:
     # -- membership -----------------------------------------------------------------------------
     def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
         """Pair each prompt's hidden states with its next tokens and run them into the cache."""
-        n = len(histories)
-        new = BatchCache([False], n)
+        new = self._new_cache(len(histories))
         held = None
         if hidden is not None:
             # Pair t: (h_t, x_{t+1}); hidden holds each row's last min(prompt_window, len - 1)
@@ -125,14 +125,10 @@ class MTPDrafter:
             hidden = self._head_hidden(hidden)
             nexts = [list(h[s + 1 :]) for h, s in zip(histories, starts)]
             longest = max(len(x) for x in nexts)
+            source = self._pairs_hidden(hidden)
             for start in range(0, longest, self.prefill_step_size):
                 windows = [x[start : start + self.prefill_step_size] for x in nexts]
-                tokens, valid = pad_windows(windows)
-                W = tokens.shape[1]
-                h = _pad_axis1(hidden[:, start : start + W], W)
-                new.set_window_valid(valid)
-                self._head_step(new.layers[0], h, tokens)
-                new.commit(valid)
+                self._prompt_pairs(new, source, start, windows)
                 # Free a chunk's graph before the next (launched, not waited for). The last
                 # stays lazy and runs with the first round that drafts from it.
                 if start + self.prefill_step_size < longest:
@@ -140,6 +136,24 @@ class MTPDrafter:
             held = hold_last_pairs(new, hidden, nexts)
         self.cache.append(new)
         self._joined(histories, held)
+
+    def _new_cache(self, n: int) -> BatchCache:
+        """The cache rows of n joiners (the host drafter's are a HostCache)."""
+        return BatchCache([False], n)
+
+    def _pairs_hidden(self, hidden: mx.array) -> mx.array:
+        """The joiners' pair hidden [n, P, H] as `_prompt_pairs` reads it."""
+        return hidden
+
+    def _prompt_pairs(self, new: BatchCache, hidden: mx.array, start: int, windows: list) -> None:
+        """Run one chunk of the joiners' prompt pairs into their new cache rows: windows[r] the
+        tokens of row r's pairs from `start`, hidden [n, P, H] every pair's. Their keys and
+        values are what the head keeps."""
+        tokens, valid = pad_windows(windows)
+        W = tokens.shape[1]
+        new.set_window_valid(valid)
+        self._head_step(new.layers[0], _pad_axis1(hidden[:, start : start + W], W), tokens)
+        new.commit(valid)
 
     def _joined(self, histories: Sequence[Sequence[int]], held: Pairs | None = None) -> None:
         """The bookkeeping of rows appended (their cache rows already are); `held`: each
@@ -184,18 +198,33 @@ class MTPDrafter:
             return empty_proposal(B)
         chain, logits = first  # [B, 1, H], [B, V] at each row's last valid pair
         drafted, probs = [], []
-        ones = np.ones(B, dtype=np.int64)
-        zeros = mx.zeros((B,), dtype=mx.int32)
         for step in range(K):
-            chosen, q = request.select(logits, step)  # [B], [B, V] | None
+            chosen, q = self._select(request, logits, step)  # [B], [B, V] | None
             drafted.append(chosen)
             probs.append(q)
             if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chain, logits = self._step(chain, chosen[:, None], ones, zeros)
-                self.cache.commit(ones)  # chained entries are dropped again at commit
-        self._chained = np.full(B, K - 1, dtype=np.int64)
+                chain, logits = self._chain(chain, chosen)
+        self._chained = np.full(B, K - 1, dtype=np.int64)  # dropped again at commit
         q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
-        return Proposal(tokens=mx.stack(drafted, axis=1), counts=depths, probs=q_all)
+        return Proposal(tokens=self._stack(drafted), counts=depths, probs=q_all)
+
+    # The round's steps, as MLX graphs (HostMTPDrafter overrides these on the host).
+    def _select(self, request: DraftRequest, logits: mx.array, step: int) -> tuple:
+        return request.select(logits, step)
+
+    def _chain(self, chain: mx.array, chosen: mx.array) -> tuple[mx.array, mx.array]:
+        """One chained step: (chain [B, 1, H], logits [B, V]) after the drafts `chosen` [B]."""
+        B = chosen.shape[0]
+        ones = np.ones(B, dtype=np.int64)
+        at = self._at_first.get(B)
+        if at is None:  # [B] int32 zeros: a chained step reads its one pair; made once per B
+            at = self._at_first[B] = mx.zeros((B,), dtype=mx.int32)
+        out = self._step(chain, chosen[:, None], ones, at)
+        self.cache.commit(ones)
+        return out
+
+    def _stack(self, drafted: list) -> mx.array:
+        return mx.stack(drafted, axis=1)  # [B, K]
 
     def commit(
         self,

@@ -13,16 +13,14 @@ read would stall the pipeline, so only the CPU gets this drafter (workers/loadin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import mlx.core as mx
 import numpy as np
 
 from workers import launch
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
-from workers.drafters.base import DraftRequest, Proposal, empty_proposal, greedy_select
-from workers.drafters.mtp import MTPDrafter, Pairs, hold_last_pairs
+from workers.drafters.base import DraftRequest, greedy_select
+from workers.drafters.mtp import MTPDrafter, Pairs
 from workers.mtp.host_head import HostCache, HostHead
 
 # "1" / "0": run MTP heads' steps on the host or not (unset: where MLX computes in launch, the
@@ -60,65 +58,29 @@ class HostMTPDrafter(MTPDrafter):
     def from_mtp(cls, drafter: MTPDrafter) -> HostMTPDrafter:
         return cls(drafter.target, drafter.head, drafter.prefill_step_size, drafter.prompt_window)
 
-    # -- membership -----------------------------------------------------------------------------
-    def add_rows(self, histories: Sequence[Sequence[int]], hidden: mx.array | None = None) -> None:
-        """Run each prompt's last `prompt_window` pairs into a new row of the host cache."""
-        n = len(histories)
-        new = HostCache(n, self.host.nk, self.host.d)
-        held = None
-        if hidden is not None:
-            # Pair t: (h_t, x_{t+1}) for the hidden positions the engine handed over (see
-            # MTPDrafter.add_rows), right-padded; a row's padding is written past its length.
-            starts = [max(0, len(h) - 1 - self.prompt_window) for h in histories]
-            hidden = self._head_hidden(hidden)
-            h_all = np.array(hidden, dtype=np.float32)  # [n, P, H]
-            nexts = [list(h[s + 1 :]) for h, s in zip(histories, starts)]
-            longest = max(len(x) for x in nexts)
-            for start in range(0, longest, self.prefill_step_size):
-                windows = [x[start : start + self.prefill_step_size] for x in nexts]
-                valid = np.array([len(w) for w in windows], dtype=np.int64)
-                W = int(valid.max())
-                tokens = np.zeros((n, W), dtype=np.int64)
-                for r, w in enumerate(windows):
-                    tokens[r, : len(w)] = w
-                h = h_all[:, start : start + W]
-                if h.shape[1] < W:
-                    h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
-                self.host.step(h, tokens, new, None)  # their keys and values only
-                new.lengths += valid
-            held = hold_last_pairs(new, hidden, nexts)
-        self.cache.append(new)
-        self._joined(histories, held)
+    # -- the round's steps on the host (MTPDrafter runs the rounds and their bookkeeping) -----
+    def _new_cache(self, n: int) -> HostCache:  # type: ignore[override]
+        return HostCache(n, self.host.nk, self.host.d)
 
-    # -- the round ------------------------------------------------------------------------------
-    def propose(self, request: DraftRequest) -> Proposal:
-        """Chain the head K steps for every row on the host; the drafts go to the device as a
-        [B, K] array (and, for sampled drafts, their distributions q [B, K, V])."""
-        self.histories = list(request.histories)
-        depths = np.asarray(request.depths, dtype=np.int64) * self.ready  # 0 where not ready
-        B, K = len(depths), int(depths.max(initial=0))
-        if K == 0:
-            return empty_proposal(B)
-        first = self._absorb_host()
-        if first is None:
-            return empty_proposal(B)
-        chain, logits = first  # [B, 1, H], [B, V] at each row's last valid pair
-        drafted, probs = [], []
-        at_first = np.zeros(B, dtype=np.int64)  # a chained step's one pair per row
-        for step in range(K):
-            chosen, q = _select(request, logits, step)  # [B] int64, [B, V] | None
-            drafted.append(chosen)
-            probs.append(q)
-            if step + 1 < K:  # chain: the head's own output and draft feed the next depth
-                chain, normed = self.host.step(chain, chosen[:, None], self.cache, at_first)
-                self.cache.lengths += 1  # chained entries are dropped again at commit
-                logits = self.host.logits(normed[:, 0])
-        self._chained = np.full(B, K - 1, dtype=np.int64)
-        q_all = None if probs[0] is None else mx.stack([q for q in probs if q is not None], axis=1)
-        tokens = mx.array(np.stack(drafted, axis=1).astype(np.int32))
-        return Proposal(tokens=tokens, counts=depths, probs=q_all)
+    def _pairs_hidden(self, hidden: mx.array) -> np.ndarray:  # type: ignore[override]
+        return np.array(hidden, dtype=np.float32)  # read back once a join: [n, P, H]
 
-    def _absorb_host(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def _prompt_pairs(  # type: ignore[override]
+        self, new: HostCache, hidden: np.ndarray, start: int, windows: list
+    ) -> None:
+        """A chunk of the joiners' prompt pairs: their keys and values only (no query)."""
+        valid = np.array([len(w) for w in windows], dtype=np.int64)
+        W = int(valid.max())
+        tokens = np.zeros((len(windows), W), dtype=np.int64)
+        for r, w in enumerate(windows):
+            tokens[r, : len(w)] = w  # a row's padding is written past its length
+        h = hidden[:, start : start + W]
+        if h.shape[1] < W:
+            h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
+        self.host.step(h, tokens, new, None)
+        new.lengths += valid
+
+    def _absorb(self) -> tuple[np.ndarray, np.ndarray] | None:  # type: ignore[override]
         """Run every backlogged verified pair into the host cache in one step; returns the
         chain [B, 1, H] and the logits [B, V] at each row's last pair."""
         pairs = self._take_backlog()
@@ -131,6 +93,27 @@ class HostMTPDrafter(MTPDrafter):
         self.cache.lengths += count
         return chain, self.host.logits(normed[:, 0])
 
+    def _select(  # type: ignore[override]
+        self, request: DraftRequest, logits: np.ndarray, step: int
+    ) -> tuple[np.ndarray, mx.array | None]:
+        """Greedy drafts are the host's argmax; sampled ones come from the request's own
+        selector, with the distribution q they were drawn from."""
+        if request.select is greedy_select:
+            return logits.argmax(axis=-1), None
+        chosen, q = request.select(mx.array(logits), step)
+        return np.array(chosen, dtype=np.int64), q
+
+    def _chain(  # type: ignore[override]
+        self, chain: np.ndarray, chosen: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        at_first = np.zeros(len(chosen), dtype=np.int64)  # a chained step's one pair per row
+        chain, normed = self.host.step(chain, chosen[:, None], self.cache, at_first)
+        self.cache.lengths += 1
+        return chain, self.host.logits(normed[:, 0])
+
+    def _stack(self, drafted: list) -> mx.array:
+        return mx.array(np.stack(drafted, axis=1).astype(np.int32))  # [B, K] to the device
+
     def compile_steps(self) -> None:
         raise ValueError(
             "HostMTPDrafter runs its head in NumPy: there are no MLX steps to compile; for "
@@ -142,14 +125,3 @@ def _host_count(pairs: Pairs) -> np.ndarray:
     if pairs.count_host is not None:
         return np.asarray(pairs.count_host, dtype=np.int64)
     return np.array(pairs.count, dtype=np.int64)
-
-
-def _select(
-    request: DraftRequest, logits: np.ndarray, step: int
-) -> tuple[np.ndarray, mx.array | None]:
-    """The request's draft choice on host logits [B, V]: greedy on the host, sampled (with the
-    distribution q it drew from) by the request's own selector."""
-    if request.select is greedy_select:
-        return logits.argmax(axis=-1), None
-    chosen, q = request.select(mx.array(logits), step)
-    return np.array(chosen, dtype=np.int64), q

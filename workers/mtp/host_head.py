@@ -41,7 +41,7 @@ def _shared(a: mx.array) -> np.ndarray:
     export its buffer as one."""
     mx.eval(a)
     try:
-        view = np.asarray(memoryview(a))
+        view = np.asarray(memoryview(a))  # type: ignore[arg-type]  # MLX exports its buffer
     except (TypeError, ValueError, BufferError):
         return _np(a)
     if view.dtype != np.float32 or view.shape != tuple(a.shape):

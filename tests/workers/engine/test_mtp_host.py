@@ -191,7 +191,7 @@ def test_backlog_restart_and_prompt_window_as_mlx_does(setup):
         engine.depth_policy = Every(max_depth=3)
         engine.depth_policy.period = 8
         if kind is HostMTPDrafter:
-            orig = drafter._absorb_host
+            orig = drafter._absorb
 
             def spy(orig=orig, drafter=drafter):  # type: ignore[no-untyped-def]
                 restart = drafter._restart.copy()
@@ -200,7 +200,7 @@ def test_backlog_restart_and_prompt_window_as_mlx_does(setup):
                     restarted.append(drafter.cache.lengths[restart].copy())
                 return out
 
-            drafter._absorb_host = spy  # type: ignore[method-assign]
+            drafter._absorb = spy  # type: ignore[method-assign]
         drafts[kind] = _proposals(engine)
         outs = engine.generate(prompts, SamplingParams(max_tokens=40, ignore_eos=True))
         for p, o in zip(prompts, outs):
