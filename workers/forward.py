@@ -18,12 +18,20 @@ def pad_windows(windows: Sequence[Sequence[int]], width: int = 1) -> tuple[mx.ar
     Padding sits after a row's valid tokens, so causal masking already hides it from them;
     the cache commit then keeps only the valid prefix.
     """
+    tokens, valid = pad_windows_host(windows, width)
+    return mx.array(tokens), valid
+
+
+def pad_windows_host(
+    windows: Sequence[Sequence[int]], width: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """`pad_windows` on the host: ([B, W] int32, [B] valid) NumPy arrays."""
     valid = np.array([len(w) for w in windows], dtype=np.int64)
     W = max(int(valid.max(initial=0)), width)
     tokens = np.zeros((len(windows), W), dtype=np.int32)
     for r, w in enumerate(windows):
         tokens[r, : len(w)] = w
-    return mx.array(tokens), valid
+    return tokens, valid
 
 
 def forward_window(

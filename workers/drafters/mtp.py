@@ -38,7 +38,7 @@ import numpy as np
 from workers import launch
 from workers.compiled_step import CompiledStep
 from workers.drafters.base import DraftRequest, Proposal, empty_proposal
-from workers.forward import pad_windows
+from workers.forward import pad_windows_host
 from workers.kv_cache import SPAN, BatchCache
 from workers.mtp.hidden import embed, final_norm, lm_head, shared_modules, text_model
 
@@ -128,7 +128,8 @@ class MTPDrafter:
             source = self._pairs_hidden(hidden)
             for start in range(0, longest, self.prefill_step_size):
                 windows = [x[start : start + self.prefill_step_size] for x in nexts]
-                self._prompt_pairs(new, source, start, windows)
+                tokens, valid = pad_windows_host(windows)  # [n, W] right-padded, [n]
+                self._prompt_pairs(new, source[:, start : start + tokens.shape[1]], tokens, valid)
                 # Free a chunk's graph before the next (launched, not waited for). The last
                 # stays lazy and runs with the first round that drafts from it.
                 if start + self.prefill_step_size < longest:
@@ -145,14 +146,15 @@ class MTPDrafter:
         """The joiners' pair hidden [n, P, H] as `_prompt_pairs` reads it."""
         return hidden
 
-    def _prompt_pairs(self, new: BatchCache, hidden: mx.array, start: int, windows: list) -> None:
-        """Run one chunk of the joiners' prompt pairs into their new cache rows: windows[r] the
-        tokens of row r's pairs from `start`, hidden [n, P, H] every pair's. Their keys and
-        values are what the head keeps."""
-        tokens, valid = pad_windows(windows)
+    def _prompt_pairs(
+        self, new: BatchCache, hidden: mx.array, tokens: np.ndarray, valid: np.ndarray
+    ) -> None:
+        """Run one chunk of the joiners' prompt pairs into their new cache rows: tokens [n, W]
+        (right-padded), valid [n] real pairs a row, hidden [n, <= W, H] theirs (a row shorter
+        than W is padded here). Their keys and values are what the head keeps."""
         W = tokens.shape[1]
         new.set_window_valid(valid)
-        self._head_step(new.layers[0], _pad_axis1(hidden[:, start : start + W], W), tokens)
+        self._head_step(new.layers[0], _pad_axis1(hidden, W), mx.array(tokens))
         new.commit(valid)
 
     def _joined(self, histories: Sequence[Sequence[int]], held: Pairs | None = None) -> None:
@@ -164,7 +166,7 @@ class MTPDrafter:
         self._waiting = np.concatenate([self._waiting, np.zeros(n, dtype=np.int64)])
         self._restart = np.concatenate([self._restart, np.zeros(n, dtype=bool)])
         self.backlog = [p.with_rows_added(n) for p in self.backlog]  # no pairs for joiners
-        if held is not None and held.count_host is not None and held.count_host.any():
+        if held is not None and held.count_host is not None:  # (its counts are the host's)
             before = self.cache.num_rows - n
             joined = np.concatenate([np.zeros(before, dtype=bool), held.count_host > 0])
             self._push(held.with_rows_added(before, at_start=True), joined)
@@ -402,14 +404,17 @@ class Pairs:
 
 def hold_last_pairs(
     new: BatchCache | HostCache, hidden: mx.array, nexts: Sequence[Sequence[int]]
-) -> Pairs:
+) -> Pairs | None:
     """Take each joiner's last prompt pair back out of its new cache rows (it ran with the
     others; the rows' lengths drop it) as a one-pair backlog entry, hidden [n, P, H] as the head
     reads it, nexts[r] the row's paired tokens. The first drafting round runs it and drafts from
     its output: pair (h_{L-2}, x_{L-1}) predicts x_L, the first token the row's first round
-    verifies, so a joiner drafts from its first round on (it waited for a verify before)."""
+    verifies, so a joiner drafts from its first round on (it waited for a verify before).
+    None where no joiner has a pair (one-token prompts)."""
     counts = np.array([len(x) for x in nexts], dtype=np.int64)
     has = (counts > 0).astype(np.int64)
+    if not has.any():
+        return None
     new.rollback(has)
     at = mx.array(np.maximum(counts - 1, 0).astype(np.int32))[:, None, None]  # [n, 1, 1]
     h = mx.take_along_axis(hidden, at, axis=1)  # [n, 1, H]

@@ -66,18 +66,14 @@ class HostMTPDrafter(MTPDrafter):
         return np.array(hidden, dtype=np.float32)  # read back once a join: [n, P, H]
 
     def _prompt_pairs(  # type: ignore[override]
-        self, new: HostCache, hidden: np.ndarray, start: int, windows: list
+        self, new: HostCache, hidden: np.ndarray, tokens: np.ndarray, valid: np.ndarray
     ) -> None:
-        """A chunk of the joiners' prompt pairs: their keys and values only (no query)."""
-        valid = np.array([len(w) for w in windows], dtype=np.int64)
-        W = int(valid.max())
-        tokens = np.zeros((len(windows), W), dtype=np.int64)
-        for r, w in enumerate(windows):
-            tokens[r, : len(w)] = w  # a row's padding is written past its length
-        h = hidden[:, start : start + W]
-        if h.shape[1] < W:
-            h = np.pad(h, [(0, 0), (0, W - h.shape[1]), (0, 0)])
-        self.host.step(h, tokens, new, None)
+        """A chunk of the joiners' prompt pairs: their keys and values only (no query); a
+        row's padding is written past its length."""
+        W = tokens.shape[1]
+        if hidden.shape[1] < W:  # the chunk's hidden ends before its longest window
+            hidden = np.pad(hidden, [(0, 0), (0, W - hidden.shape[1]), (0, 0)])
+        self.host.step(hidden, tokens, new, None)
         new.lengths += valid
 
     def _absorb(self) -> tuple[np.ndarray, np.ndarray] | None:  # type: ignore[override]
@@ -86,7 +82,8 @@ class HostMTPDrafter(MTPDrafter):
         pairs = self._take_backlog()
         if pairs is None:
             return None
-        hidden = np.array(pairs.hidden, dtype=np.float32)  # waits for the verify (see above)
+        mx.eval(pairs.hidden, pairs.tokens, pairs.count)  # one wait for the verify (see above)
+        hidden = np.array(pairs.hidden, dtype=np.float32)
         tokens = np.array(pairs.tokens, dtype=np.int64)
         count = _host_count(pairs)
         chain, normed = self.host.step(hidden, tokens, self.cache, np.maximum(count - 1, 0))

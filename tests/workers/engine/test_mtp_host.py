@@ -69,8 +69,9 @@ def test_host_step_equals_the_mlx_heads(hidden_norm):
             np.testing.assert_allclose(logits[r], np.array(want), rtol=1e-4, atol=1e-4)
 
 
-def _proposals(engine: Engine) -> list[np.ndarray]:
-    """Record every proposal's drafts ([B, K] on the host) as the engine makes them."""
+def _proposals(engine: Engine, probs: list | None = None) -> list[np.ndarray]:
+    """Record every proposal's drafts ([B, K] on the host) as the engine makes them; into
+    `probs`, if given, each proposal's q ([B, K, V], None for greedy drafts)."""
     seen: list[np.ndarray] = []
     orig = engine.drafter.propose  # type: ignore[union-attr]
 
@@ -78,6 +79,8 @@ def _proposals(engine: Engine) -> list[np.ndarray]:
         p = orig(request)
         engine.settle()
         seen.append(np.array(p.device_tokens()))
+        if probs is not None:
+            probs.append(None if p.probs is None else np.array(p.probs))
         return p
 
     engine.drafter.propose = spy  # type: ignore[union-attr,method-assign]
@@ -127,29 +130,21 @@ def test_a_joiner_drafts_its_first_round_from_its_last_prompt_pair(setup, kind):
     assert head.args.hidden_norm == "pre_norm"
     prompts = mixed_prompts(4, seed=9, lengths=[12, 7, 20, 16])
     engine = Engine(target, drafter=kind(target, head), max_batch_size=1, draft_depth=3)
-    seen: list[tuple[np.ndarray, np.ndarray | None]] = []
-    orig = engine.drafter.propose  # type: ignore[union-attr]
-
-    def spy(request):  # type: ignore[no-untyped-def]
-        p = orig(request)
-        probs = None if p.probs is None else np.array(p.probs)
-        seen.append((np.array(p.device_tokens()), probs))
-        return p
-
-    engine.drafter.propose = spy  # type: ignore[union-attr,method-assign]
+    qs: list[np.ndarray | None] = []
+    drafts = _proposals(engine, qs)
     for i, prompt in enumerate(prompts):
         want = _first_draft_reference(target, head, prompt)
-        before = len(seen)
+        before = len(drafts)
         greedy = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         out = engine.generate([prompt], greedy)
         assert_matches(out[0].tokens, reference_greedy(target, prompt, MAX_TOKENS), f"{i}")
-        first, _ = seen[before]  # the row's first round (the prefill's step proposes nothing)
+        first = drafts[before]  # the row's first round (the prefill's step proposes nothing)
         assert first.shape == (1, 3), i
         assert int(first[0, 0]) == int(mx.argmax(want)), i
-        before = len(seen)
+        before = len(drafts)
         sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=i, ignore_eos=True)
         engine.generate([prompt], sampled)
-        first, q = seen[before]
+        first, q = drafts[before], qs[before]
         assert first.shape == (1, 3) and q is not None, i
         np.testing.assert_allclose(q[0, 0], np.array(mx.softmax(want)), atol=2e-5)
 
