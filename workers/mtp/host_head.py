@@ -50,6 +50,33 @@ def _shared(a: mx.array) -> np.ndarray:
     return view
 
 
+class HostLinear:
+    """x [..., in] times a weight w [out, in] (nn.Linear's layout) transposed: [..., out].
+
+    Rows run as one 2-D product with the weight as [in, out], copied once (the head's own
+    weights are small): a drafting step's [B, 1, in] as a 3-D product would be B gemvs, and
+    OpenBLAS's GEMM beats that from 2 rows on (the head's step at B = 8 on the 2-core CPU VM).
+    The target's lm_head ([V, H], `shared`: viewed, never copied) is too large for that: a
+    GEMM packs it on every call (8 rows: ~160 us), so it runs as gemvs up to 3 rows and from
+    4 with the weight on the left (`w @ x.T`: ~100 us at 8 rows)."""
+
+    def __init__(self, w: np.ndarray, shared: bool = False) -> None:
+        self.shared = shared
+        self.oi = w  # [out, in]
+        self.io = w.T if shared else np.ascontiguousarray(w.T)  # [in, out]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        M = x.size // x.shape[-1]
+        if M == 1:
+            return x @ self.io  # a gemv
+        out = (*x.shape[:-1], self.io.shape[1])
+        if not self.shared:
+            return (x.reshape(M, -1) @ self.io).reshape(out)
+        if M >= 4:
+            return (self.oi @ x.reshape(M, -1).T).T.reshape(out)
+        return (x.reshape(M, 1, -1) @ self.io).reshape(out)  # one gemv a row
+
+
 class HostHead:
     """A one-layer MTP head's weights as NumPy arrays, and its step (shapes below: B rows,
     W window positions, H hidden, NH / NK query / key-value heads of D, V vocabulary). The
@@ -84,22 +111,22 @@ class HostHead:
                 ("out", head.norm),
             )
         }
-        # Weights transposed once ([in, out]); k and v as one matmul, gate and up as another.
-        self.w_fc = np.ascontiguousarray(_np(head.fc.weight).T)  # [2H, H]
-        self.w_q = np.ascontiguousarray(_np(attn.q_proj.weight).T)  # [H, NH D]
+        # Weights copied (`HostLinear`); k and v as one matmul, gate and up as another.
+        self.fc = HostLinear(_np(head.fc.weight))  # [H, 2H]
+        self.q_proj = HostLinear(_np(attn.q_proj.weight))  # [NH D, H]
         kv = [attn.k_proj.weight, attn.v_proj.weight]
-        self.w_kv = np.ascontiguousarray(np.concatenate([_np(w) for w in kv]).T)  # [H, 2 NK D]
-        self.w_o = np.ascontiguousarray(_np(attn.o_proj.weight).T)
-        self.w_gate_up = np.ascontiguousarray(
-            np.concatenate([_np(mlp.gate_proj.weight), _np(mlp.up_proj.weight)]).T
-        )
-        self.w_down = np.ascontiguousarray(_np(mlp.down_proj.weight).T)
+        self.kv_proj = HostLinear(np.concatenate([_np(w) for w in kv]))  # [2 NK D, H]
+        self.o_proj = HostLinear(_np(attn.o_proj.weight))  # [H, NH D]
+        gate_up = [mlp.gate_proj.weight, mlp.up_proj.weight]
+        self.gate_up = HostLinear(np.concatenate([_np(w) for w in gate_up]))  # [2F, H]
+        self.down = HostLinear(_np(mlp.down_proj.weight))  # [H, F]
         tm = text_model(target)
         # The target's own buffers, viewed (read-only): the head's small weights are copied
         # above (transposed, fused), but these two are as large as the vocabulary.
         self.embed = _shared(tm.model.embed_tokens.weight)  # [V, H]
         lm = getattr(tm, "lm_head", None)
         self.lm_head = self.embed if lm is None else _shared(lm.weight)  # [V, H], x @ W.T
+        self.lm_head_linear = HostLinear(self.lm_head, shared=True)
 
     @staticmethod
     def unsupported_reason(head: Any, target: Any) -> str:
@@ -144,10 +171,10 @@ class HostHead:
         B, W, H = hidden.shape
         nh, nk, d = self.nh, self.nk, self.d
         e = self._norm(self.embed[tokens], "e")
-        x = np.concatenate([e, self._norm(hidden, "h")], axis=-1) @ self.w_fc  # [B, W, H]
+        x = self.fc(np.concatenate([e, self._norm(hidden, "h")], axis=-1))  # [B, W, H]
         a = self._norm(x, "ln1")
         pos = cache.lengths[:, None] + np.arange(W)  # [B, W]: entry t sits at position t
-        kv = a @ self.w_kv  # [B, W, 2 NK D]
+        kv = self.kv_proj(a)  # [B, W, 2 NK D]
         k = self._rope(self._norm(kv[..., : nk * d].reshape(B, W, nk, d), "k"), pos)
         cache.write(k, kv[..., nk * d :].reshape(B, W, nk, d))
         if last is None:
@@ -155,17 +182,17 @@ class HostHead:
             return empty, empty
         rows = np.arange(B)
         at = pos[rows, last][:, None]  # [B, 1] the wanted pairs' positions
-        q = self._rope(self._norm((a[rows, last] @ self.w_q).reshape(B, 1, nh, d), "q"), at)
-        x = x[rows, last][:, None] + self._attention(q, at[:, 0], cache) @ self.w_o  # [B, 1, H]
-        gu = self._norm(x, "ln2") @ self.w_gate_up  # [B, 1, 2F]
+        q = self._rope(self._norm(self.q_proj(a[rows, last]).reshape(B, 1, nh, d), "q"), at)
+        x = x[rows, last][:, None] + self.o_proj(self._attention(q, at[:, 0], cache))
+        gu = self.gate_up(self._norm(x, "ln2"))  # [B, 1, 2F]
         g, u = gu[..., : gu.shape[-1] // 2], gu[..., gu.shape[-1] // 2 :]
-        x = x + (g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u) @ self.w_down  # SiLU(g) * u
+        x = x + self.down(g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u)  # SiLU(g) * u
         normed = self._norm(x, "out")
         return (normed if self.post_norm else x), normed
 
     def logits(self, normed: np.ndarray) -> np.ndarray:
         """[B, H] post-norm hidden -> [B, V] logits through the target's (shared) lm_head."""
-        return normed @ self.lm_head.T
+        return self.lm_head_linear(normed)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         w, eps = self.norms[name]

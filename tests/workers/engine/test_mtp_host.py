@@ -19,7 +19,7 @@ from workers.compiled_step import COMPILE_ENV
 from workers.drafters.mtp import MTPDrafter
 from workers.drafters.mtp_host import ENV, HostMTPDrafter, host_head_wanted
 from workers.mtp.hidden import embed, lm_head
-from workers.mtp.host_head import HostCache, HostHead
+from workers.mtp.host_head import HostCache, HostHead, HostLinear
 
 MAX_TOKENS = 24
 
@@ -269,9 +269,24 @@ def test_host_head_views_the_targets_embedding_instead_of_copying_it(setup):
     assert host.lm_head is host.embed  # tied
     assert not host.embed.flags.writeable
     np.testing.assert_array_equal(host.embed, np.array(weight))
-    assert not np.shares_memory(
-        host.w_q, np.asarray(memoryview(head.layers[0].self_attn.q_proj.weight))
-    )
+    assert np.shares_memory(host.lm_head_linear.oi, target_buffer)  # its products read it too
+    q_proj = np.asarray(memoryview(head.layers[0].self_attn.q_proj.weight))
+    assert not np.shares_memory(host.q_proj.io, q_proj)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_host_linear_is_x_times_the_weight_transposed_at_every_row_count(shared):
+    """`HostLinear` picks its product by row count (a gemv a row, a GEMM, the weight on the left)
+    and input rank: each route equals x @ w.T computed in float64."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((48, 32)).astype(np.float32)  # [out, in]
+    linear = HostLinear(w, shared=shared)
+    for shape in [(1, 32), (1, 1, 32), (2, 32), (3, 1, 32), (4, 32), (8, 1, 32), (2, 5, 32)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = linear(x)
+        assert got.shape == (*shape[:-1], 48), shape
+        want = x.astype(np.float64) @ w.T.astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(shape))
 
 
 def test_unsupported_heads_are_refused_with_the_reason(setup):
