@@ -117,10 +117,11 @@ def joining_tail(
 ) -> int:
     """Prompt positions whose target hidden a joining row's MTP head reads (0: none).
 
-    None where the depth policy has settled on plain decoding for the batch the rows join:
-    the head would not read them (on the 2-core CPU at B=16 the hidden and the head's prompt
-    pairs made MTP's prefill 7-12% dearer than a plain one). If drafting resumes, such a row's
-    head starts from the pairs of its verifies (drafters/mtp.py)."""
+    None where the depth policy has settled on plain decoding for the batch the rows join
+    (`batch_size`: the running rows, the joiners, and the waiting requests that will fill the
+    free slots): the head would not read them (on the 2-core CPU at B=16 the hidden and the
+    head's prompt pairs made MTP's prefill 7-12% dearer than a plain one). If drafting resumes,
+    such a row's head starts from the pairs of its verifies (drafters/mtp.py)."""
     if not needs_hidden or (policy is not None and policy.settled_plain(batch_size)):
         return 0
     return int(getattr(drafter, "prompt_window", 0))

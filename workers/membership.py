@@ -119,9 +119,14 @@ class Membership:
             if not joining:
                 return
             self.settle_unless_routed()
+            # The batch the joiners will run in: requests still waiting take the free slots at
+            # the next joins (a batch job's queue fills the batch within a few steps, though
+            # rows of other lengths prefill as groups of their own: workers/prefill_job.py).
+            running = len(self.rows) + len(joining) + len(self.waiting)
             tail = joining_tail(
-                self.drafter, self._needs_hidden, self.depth_policy, len(self.rows) + len(joining)
-            )
+                self.drafter, self._needs_hidden, self.depth_policy,
+                min(running, self.config.max_batch_size),
+            )  # fmt: skip
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
