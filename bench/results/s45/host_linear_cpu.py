@@ -16,13 +16,12 @@ pass and over all passes, and each engine's drafting rounds per request.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterator
 
+from bench.turns import in_turns
 from workers.drafters.mtp_host import HostMTPDrafter
 from workers.engine import Engine
 from workers.mtp.host_head import HostLinear
@@ -55,45 +54,9 @@ def main() -> None:
                                    warm_up=True)  # fmt: skip
     sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
     groups = [prompts[i : i + B] for i in range(0, n, B)]
-    for name, e in engines.items():
-        with products_as_before() if name == "old" else contextlib.nullcontext():
-            e.generate(groups[0], sp)
-            e.take_round_stats()
-    wall: dict[str, float] = collections.defaultdict(float)
-    drafting: dict[str, int] = collections.defaultdict(int)
-    passes = []
-    for _ in range(reps):
-        this: dict[str, float] = collections.defaultdict(float)
-        for i, group in enumerate(groups):
-            ref = None
-            for name, e in engines.items():
-                with products_as_before() if name == "old" else contextlib.nullcontext():
-                    t0 = time.perf_counter()
-                    out = [list(o.tokens) for o in e.generate(group, sp)]
-                    dt = time.perf_counter() - t0
-                wall[name] += dt
-                this[name] += dt
-                drafting[name] += sum(s.draft_depth > 0 for s in e.take_round_stats())
-                ref = out if name == "plain" else ref
-                assert out == ref, (name, i)
-        passes.append({k: round(this["plain"] / v, 3) for k, v in this.items() if k != "plain"})
-    total = {k: round(wall["plain"] / v, 3) for k, v in wall.items() if k != "plain"}
-    runs = reps * n
-    print(
-        json.dumps(
-            {
-                "depth": depth,
-                "adaptive": adaptive,
-                "batch_size": B,
-                "prompts": n,
-                "reps": reps,
-                "plain_over_engine": total,
-                "passes": passes,
-                "drafting_rounds_per_request": {k: round(v / runs, 2) for k, v in drafting.items()},
-                "plain_tokens_per_s_note": "ratios only: this VM's absolute rates drift",
-            }
-        )
-    )
+    result = in_turns(engines, groups, sp, reps, {"old": products_as_before})
+    settings = {"depth": depth, "adaptive": adaptive, "batch_size": B, "prompts": n, "reps": reps}
+    print(json.dumps({**settings, **result}))
 
 
 if __name__ == "__main__":

@@ -170,6 +170,20 @@ class SettledPlainFor(Every):
         return batch_size >= self.plain_from
 
 
+def record_joins(drafter: MTPDrafter) -> list[tuple[int, bool]]:
+    """The list each `add_rows` call of `drafter` appends to from now on: (rows joining,
+    whether their prompts' hidden came with them)."""
+    joined: list[tuple[int, bool]] = []
+    orig = drafter.add_rows
+
+    def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
+        joined.append((len(histories), hidden is not None))
+        orig(histories, hidden)
+
+    drafter.add_rows = spy  # type: ignore[method-assign]
+    return joined
+
+
 def test_rows_joining_a_settled_plain_batch_skip_the_heads_prompt_pairs(setup):
     """Where the policy has settled on plain decoding, a joiner's prompt pairs would go unused:
     the prefill computes no window hidden and the head takes no pairs (on the 2-core CPU they
@@ -178,14 +192,7 @@ def test_rows_joining_a_settled_plain_batch_skip_the_heads_prompt_pairs(setup):
     target, head = setup
     prompts = mixed_prompts(4, seed=7, lengths=[12, 20, 9, 15])
     drafter = MTPDrafter(target, head, prompt_window=8)
-    joined = []
-    orig = drafter.add_rows
-
-    def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
-        joined.append((len(histories), hidden is not None))
-        orig(histories, hidden)
-
-    drafter.add_rows = spy  # type: ignore[method-assign]
+    joined = record_joins(drafter)
     engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3, adaptive_depth=True)
     engine.depth_policy = SettledPlainFor(max_depth=3)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (40, 8, 8, 8)]
@@ -220,14 +227,7 @@ def test_a_join_counts_the_waiting_requests_in_the_batch_it_joins(setup):
     # The first group prefills the 12- and 25-token prompts alone (similar_lengths)
     prompts = mixed_prompts(6, seed=11, lengths=[12, 25, 60, 90, 40, 70])
     drafter = MTPDrafter(target, head, prompt_window=8)
-    joined = []
-    orig = drafter.add_rows
-
-    def spy(histories, hidden=None):  # type: ignore[no-untyped-def]
-        joined.append((len(histories), hidden is not None))
-        orig(histories, hidden)
-
-    drafter.add_rows = spy  # type: ignore[method-assign]
+    joined = record_joins(drafter)
     engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3, adaptive_depth=True)
     engine.depth_policy = SettledPlainFor(max_depth=3)  # plain from 3 rows
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (6, 6, 6, 6, 6, 30)]

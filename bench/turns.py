@@ -1,0 +1,67 @@
+"""Engines decoding the same prompt groups in turns, in one process: the CPU benchmarks' A/B
+of a change against itself patched out (the VM's rates drift 10-20% between runs, so only
+ratios taken in turns compare)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workers.engine import Engine
+from workers.types import SamplingParams
+
+Context = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+def in_turns(
+    engines: dict[str, Engine],
+    groups: Sequence[Sequence[Any]],
+    params: SamplingParams,
+    reps: int,
+    contexts: dict[str, Context] | None = None,
+) -> dict[str, Any]:
+    """Each group decoded by every engine in turn (the first engine, "plain", is the
+    reference), each engine inside its context (None: nullcontext), REPS passes after one
+    warm pass of the first group; every output checked equal to the first engine's.
+
+    Returns the first engine's time over each other's (all passes and per pass), and each
+    engine's drafting rounds per prompt."""
+    contexts = contexts or {}
+    first = next(iter(engines))
+
+    def inside(name: str) -> contextlib.AbstractContextManager[Any]:
+        return contexts.get(name, contextlib.nullcontext)()
+
+    for name, e in engines.items():
+        with inside(name):
+            e.generate(list(groups[0]), params)
+            e.take_round_stats()
+    wall: dict[str, float] = collections.defaultdict(float)
+    drafting: dict[str, int] = collections.defaultdict(int)
+    passes = []
+    for _ in range(reps):
+        this: dict[str, float] = collections.defaultdict(float)
+        for i, group in enumerate(groups):
+            ref = None
+            for name, e in engines.items():
+                with inside(name):
+                    t0 = time.perf_counter()
+                    out = [list(o.tokens) for o in e.generate(list(group), params)]
+                    dt = time.perf_counter() - t0
+                wall[name] += dt
+                this[name] += dt
+                drafting[name] += sum(s.draft_depth > 0 for s in e.take_round_stats())
+                ref = out if name == first else ref
+                assert out == ref, (name, i)
+        passes.append({k: round(this[first] / v, 3) for k, v in this.items() if k != first})
+    prompts = reps * sum(len(g) for g in groups)
+    return {
+        f"{first}_over_engine": {
+            k: round(wall[first] / v, 3) for k, v in wall.items() if k != first
+        },
+        "passes": passes,
+        "drafting_rounds_per_request": {k: round(v / prompts, 2) for k, v in drafting.items()},
+    }
