@@ -8,6 +8,7 @@ checkers), so tools that wrap an engine's methods by name (bench/round_split.py)
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -119,14 +120,9 @@ class Membership:
             if not joining:
                 return
             self.settle_unless_routed()
-            # The batch the joiners will run in: requests still waiting take the free slots at
-            # the next joins (a batch job's queue fills the batch within a few steps, though
-            # rows of other lengths prefill as groups of their own: workers/prefill_job.py).
-            running = len(self.rows) + len(joining) + len(self.waiting)
             tail = joining_tail(
-                self.drafter, self._needs_hidden, self.depth_policy,
-                min(running, self.config.max_batch_size),
-            )  # fmt: skip
+                self.drafter, self._needs_hidden, self.depth_policy, self._batch_joined(joining)
+            )
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
@@ -189,6 +185,20 @@ class Membership:
     def _forget(self, request_id: str) -> None:
         with self._lock:
             self._live_ids.discard(request_id)
+
+    def _batch_joined(self, joining: list[Row]) -> int:
+        """Rows in the batch `joining` will run in: the running rows, the joiners, and the
+        waiting requests that take the free slots at the next joins, as far as the KV budget
+        holds them (a batch job's queue fills the batch within a few steps, though rows of
+        other lengths prefill as groups of their own: workers/prefill_job.py)."""
+        batch = len(self.rows) + len(joining)
+        used = sum(self._reserve(r) for r in (*self.rows, *joining))
+        for row in itertools.islice(self.waiting, max(0, self.config.max_batch_size - batch)):
+            used += self._reserve(row)
+            if used > self.kv_budget:
+                break
+            batch += 1
+        return batch
 
     def _reserve(self, row: Row) -> int:
         return self.row_factory.reserve(row.prompt_len, row.params)

@@ -61,8 +61,8 @@ class HostLinear:
     4 with the weight on the left (`w @ x.T`: ~100 us at 8 rows)."""
 
     def __init__(self, w: np.ndarray, shared: bool = False) -> None:
-        self.shared = shared
-        self.oi = w  # [out, in]
+        self.shared = shared  # then `oi` is the view: no copy of it is kept
+        self.oi = w if shared else None  # [out, in]
         self.io = w.T if shared else np.ascontiguousarray(w.T)  # [in, out]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -70,7 +70,7 @@ class HostLinear:
         if M == 1:
             return x @ self.io  # a gemv
         out = (*x.shape[:-1], self.io.shape[1])
-        if not self.shared:
+        if self.oi is None:
             return (x.reshape(M, -1) @ self.io).reshape(out)
         if M >= 4:
             return (self.oi @ x.reshape(M, -1).T).T.reshape(out)

@@ -220,9 +220,9 @@ def test_rows_joining_a_settled_plain_batch_skip_the_heads_prompt_pairs(setup):
 def test_a_join_counts_the_waiting_requests_in_the_batch_it_joins(setup):
     """A batch job's queue fills the batch within a few steps, though its first prefill may
     hold only the rows of similar lengths: joiners are weighed at the batch they will run in
-    (running + joining + waiting, at most max_batch_size), so a batch settled on plain skips
-    the prompt pairs from its first join (a batch below 3 rows drafts here, and took them).
-    Joins into a drafting batch still take them (the test above)."""
+    (running + joining + the waiting that fit its free slots and KV budget), so a batch
+    settled on plain skips the prompt pairs from its first join (a batch below 3 rows drafts
+    here, and took them). Joins into a drafting batch still take them (the test above)."""
     target, head = setup
     # The first group prefills the 12- and 25-token prompts alone (similar_lengths)
     prompts = mixed_prompts(6, seed=11, lengths=[12, 25, 60, 90, 40, 70])
@@ -236,3 +236,14 @@ def test_a_join_counts_the_waiting_requests_in_the_batch_it_joins(setup):
         assert_matches(o.tokens, reference_greedy(target, p, sp.max_tokens), "queued joins")
     assert joined[0] == (2, False), joined  # 2 rows, 4 more waiting: a batch of 4
     assert sum(n for n, _ in joined) == 6 and not any(h for _, h in joined), joined
+    # A KV budget that holds the first two (18 + 31 tokens reserved) but not the next waiting
+    # one (66 more): the batch they run in is 2 rows, which drafts, so they take the pairs.
+    drafter = MTPDrafter(target, head, prompt_window=8)
+    joined = record_joins(drafter)
+    engine = Engine(target, drafter=drafter, max_batch_size=4, draft_depth=3,
+                    adaptive_depth=True, kv_budget_tokens=110)  # fmt: skip
+    engine.depth_policy = SettledPlainFor(max_depth=3)
+    outs = engine.generate(prompts, params)
+    for p, o, sp in zip(prompts, outs, params):
+        assert_matches(o.tokens, reference_greedy(target, p, sp.max_tokens), "kv-bound joins")
+    assert joined[0] == (2, True), joined

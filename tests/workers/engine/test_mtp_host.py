@@ -272,6 +272,7 @@ def test_host_head_views_the_targets_embedding_instead_of_copying_it(setup):
     assert np.shares_memory(host.lm_head_linear.oi, target_buffer)  # its products read it too
     q_proj = np.asarray(memoryview(head.layers[0].self_attn.q_proj.weight))
     assert not np.shares_memory(host.q_proj.io, q_proj)
+    assert host.q_proj.oi is None  # one copy of a head weight, not two
 
 
 @pytest.mark.parametrize("shared", [False, True])
