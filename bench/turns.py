@@ -65,3 +65,23 @@ def in_turns(
         "passes": passes,
         "drafting_rounds_per_request": {k: round(v / prompts, 2) for k, v in drafting.items()},
     }
+
+
+def host_mtp_engines(
+    batch_size: int, depth: int, adaptive: bool, contexts: dict[str, Context]
+) -> dict[str, Engine]:
+    """A plain engine ("plain", warm) and, for each name in `contexts`, an MTP engine with its
+    own host drafter over the same model and the default head, built inside its context (the
+    change under test patched in or out), warm: the engines `in_turns` compares on the CPU."""
+    from workers.drafters.mtp_host import HostMTPDrafter
+
+    plain = Engine.load(None, drafter=None, max_batch_size=batch_size, warm_up=True)
+    head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head  # type: ignore[union-attr]
+    engines = {"plain": plain}
+    for name, context in contexts.items():
+        with context():
+            engines[name] = Engine(plain.model, plain.tokenizer,
+                                   drafter=HostMTPDrafter(plain.model, head),
+                                   max_batch_size=batch_size, draft_depth=depth,
+                                   adaptive_depth=adaptive, warm_up=True)  # fmt: skip
+    return engines

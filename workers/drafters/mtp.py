@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
@@ -41,9 +40,6 @@ from workers.drafters.base import DraftRequest, Proposal, empty_proposal
 from workers.forward import pad_windows_host
 from workers.kv_cache import SPAN, BatchCache
 from workers.mtp.hidden import embed, final_norm, lm_head, shared_modules, text_model
-
-if TYPE_CHECKING:
-    from workers.mtp.host_head import HostCache
 
 
 class MTPDrafter:
@@ -124,6 +120,9 @@ class MTPDrafter:
             starts = [max(0, len(h) - 1 - self.prompt_window) for h in histories]
             hidden = self._head_hidden(hidden)
             nexts = [list(h[s + 1 :]) for h, s in zip(histories, starts)]
+            held = hold_last_pairs(hidden, nexts)
+            if held is not None:  # the last pair of each row waits in the backlog instead
+                nexts = [x[:-1] for x in nexts]
             longest = max(len(x) for x in nexts)
             source = self._pairs_hidden(hidden)
             for start in range(0, longest, self.prefill_step_size):
@@ -134,7 +133,6 @@ class MTPDrafter:
                 # stays lazy and runs with the first round that drafts from it.
                 if start + self.prefill_step_size < longest:
                     launch.evaluate_behind(new.state_arrays())
-            held = hold_last_pairs(new, hidden, nexts)
         self.cache.append(new)
         self._joined(histories, held)
 
@@ -402,20 +400,16 @@ class Pairs:
         return cls(hidden, tokens, offset, host)
 
 
-def hold_last_pairs(
-    new: BatchCache | HostCache, hidden: mx.array, nexts: Sequence[Sequence[int]]
-) -> Pairs | None:
-    """Take each joiner's last prompt pair back out of its new cache rows (it ran with the
-    others; the rows' lengths drop it) as a one-pair backlog entry, hidden [n, P, H] as the head
-    reads it, nexts[r] the row's paired tokens. The first drafting round runs it and drafts from
-    its output: pair (h_{L-2}, x_{L-1}) predicts x_L, the first token the row's first round
-    verifies, so a joiner drafts from its first round on (it waited for a verify before).
-    None where no joiner has a pair (one-token prompts)."""
+def hold_last_pairs(hidden: mx.array, nexts: Sequence[Sequence[int]]) -> Pairs | None:
+    """Each joiner's last prompt pair as a one-pair backlog entry, kept out of its new cache
+    rows (hidden [n, P, H] as the head reads it, nexts[r] the row's paired tokens). The first
+    drafting round runs it and drafts from its output: pair (h_{L-2}, x_{L-1}) predicts x_L,
+    the first token the row's first round verifies, so a joiner drafts from its first round
+    on (it waited for a verify before). None where no joiner has a pair (one-token prompts)."""
     counts = np.array([len(x) for x in nexts], dtype=np.int64)
     has = (counts > 0).astype(np.int64)
     if not has.any():
         return None
-    new.rollback(has)
     at = mx.array(np.maximum(counts - 1, 0).astype(np.int32))[:, None, None]  # [n, 1, 1]
     h = mx.take_along_axis(hidden, at, axis=1)  # [n, 1, H]
     tokens = np.array([[x[-1] if len(x) else 0] for x in nexts], dtype=np.int32)  # [n, 1]

@@ -61,8 +61,7 @@ class HostLinear:
     4 with the weight on the left (`w @ x.T`: ~100 us at 8 rows)."""
 
     def __init__(self, w: np.ndarray, shared: bool = False) -> None:
-        self.shared = shared  # then `oi` is the view: no copy of it is kept
-        self.oi = w if shared else None  # [out, in]
+        self.oi = w if shared else None  # [out, in]: the shared weight's view, no copy
         self.io = w.T if shared else np.ascontiguousarray(w.T)  # [in, out]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:

@@ -21,9 +21,7 @@ import json
 import sys
 from collections.abc import Iterator
 
-from bench.turns import in_turns
-from workers.drafters.mtp_host import HostMTPDrafter
-from workers.engine import Engine
+from bench.turns import host_mtp_engines, in_turns
 from workers.mtp.host_head import HostLinear
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
@@ -43,15 +41,8 @@ def main() -> None:
     depth, n, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     adaptive = sys.argv[4] == "1"
     B = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-    plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=True)
-    head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head  # type: ignore[union-attr]
-    engines = {"plain": plain}
-    for name in ("new", "old"):
-        with products_as_before() if name == "old" else contextlib.nullcontext():
-            engines[name] = Engine(plain.model, plain.tokenizer,
-                                   drafter=HostMTPDrafter(plain.model, head), max_batch_size=B,
-                                   draft_depth=depth, adaptive_depth=adaptive,
-                                   warm_up=True)  # fmt: skip
+    contexts = {"new": contextlib.nullcontext, "old": products_as_before}
+    engines = host_mtp_engines(B, depth, adaptive, contexts)
     sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
     groups = [prompts[i : i + B] for i in range(0, n, B)]
     result = in_turns(engines, groups, sp, reps, {"old": products_as_before})
