@@ -21,6 +21,13 @@ def _load(rel: str) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _json_lines(rel: str) -> list[dict]:
+    """The JSON objects a device job printed one a line (its log, as the run tool returned it)."""
+    path = RESULTS / rel
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(x) for x in lines if x.startswith("{")]
+
+
 def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> list[float]:
     rows = (data or {}).get("batch", {}).get("T=0.0", {})
     return [rows[b][name]["tokens_per_s"] / rows[b][base]["tokens_per_s"] for b in Bs if b in rows]
@@ -156,6 +163,13 @@ def targets_section() -> list[str]:
         for c in ("0", "0.5")
         if (d := _load(f"s41/device/join_final/join_final_s{c}.json"))
     ]
+    # s46: adaptive at the served depth cap (4), each batch size in one process with plain
+    # (device/depth_caps_gpu.py): job a at B = 1 / 4, job b (MLX defaults) at B = 1 / 4 / 16
+    p5_s46 = [
+        row["mtp_over_plain_median"]["cap4"]
+        for job in ("a", "b")
+        for row in _json_lines(f"s46/device/job_s46{job}.log")
+    ]
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -224,9 +238,10 @@ def targets_section() -> list[str]:
          f"batch / served {_fmt(p5_s40)}; joins without a settle (s41, adaptive): served "
          f"B=1 / 4 / 8 / 16 {_fmt(p5_s41[:4])}, closed B=8 / 16 {_fmt(p5_s41[4:])}; its final "
          f"form in one process with the code before it (B=16): closed / served "
-         f"{_fmt(p5_s41_final)}",
+         f"{_fmt(p5_s41_final)}; adaptive up to the served cap of 4, in one process with plain "
+         f"(s46): B=1 / 4 {_fmt(p5_s46[:2])}, again B=1 / 4 / 16 {_fmt(p5_s46[2:])}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
-                 + p5_s41 + p5_s41_final, 1.5)),
+                 + p5_s41 + p5_s41_final + p5_s46, 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
