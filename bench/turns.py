@@ -73,15 +73,34 @@ def host_mtp_engines(
     """A plain engine ("plain", warm) and, for each name in `contexts`, an MTP engine with its
     own host drafter over the same model and the default head, built inside its context (the
     change under test patched in or out), warm: the engines `in_turns` compares on the CPU."""
-    from workers.drafters.mtp_host import HostMTPDrafter
-
     plain = Engine.load(None, drafter=None, max_batch_size=batch_size, warm_up=True)
-    head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head  # type: ignore[union-attr]
     engines = {"plain": plain}
     for name, context in contexts.items():
         with context():
-            engines[name] = Engine(plain.model, plain.tokenizer,
-                                   drafter=HostMTPDrafter(plain.model, head),
-                                   max_batch_size=batch_size, draft_depth=depth,
-                                   adaptive_depth=adaptive, warm_up=True)  # fmt: skip
+            engines[name] = host_mtp_engine(plain, depth, adaptive)
     return engines
+
+
+def host_mtp_engine(
+    plain: Engine, depth: int, adaptive: bool, warm_up: bool = True, drafter: Any = None
+) -> Engine:
+    """An MTP engine over `plain`'s model, tokenizer and batch size: `drafter`, or a host
+    drafter of the default model's head (the CPU's MTP drafter, built as `Engine.load` does)."""
+    from workers.drafters.mtp_host import HostMTPDrafter
+
+    if drafter is None:
+        drafter = HostMTPDrafter(plain.model, default_head())
+    return Engine(plain.model, plain.tokenizer, drafter=drafter,
+                  max_batch_size=plain.config.max_batch_size, draft_depth=depth,
+                  adaptive_depth=adaptive, warm_up=warm_up)  # fmt: skip
+
+
+def default_head() -> Any:
+    """The default model's MTP head (loaded once a process)."""
+    global _HEAD
+    if _HEAD is None:
+        _HEAD = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head  # type: ignore[union-attr]
+    return _HEAD
+
+
+_HEAD: Any = None

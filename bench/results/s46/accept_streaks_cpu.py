@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from workers.drafters.mtp_host import HostMTPDrafter
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
@@ -21,16 +21,7 @@ from workers.types import SamplingParams
 K = int(sys.argv[1])
 n = int(sys.argv[2])
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=False)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=HostMTPDrafter(plain.model, head),
-    max_batch_size=1,
-    draft_depth=K,
-    adaptive_depth=False,
-    warm_up=False,
-)
+e = host_mtp_engine(plain, K, adaptive=False, warm_up=False)
 seqs = []
 for p in heldout_prompts(n):
     e.take_round_stats()

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 
+from bench.turns import host_mtp_engine
 from workers.drafters.base import Proposal
 from workers.drafters.mtp_host import HostMTPDrafter
 from workers.engine import Engine
@@ -23,17 +24,7 @@ from workers.types import SamplingParams
 K = 5
 EXTRA = 6
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=False)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-d = HostMTPDrafter(plain.model, head)
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=d,
-    max_batch_size=1,
-    draft_depth=K,
-    adaptive_depth=False,
-    warm_up=False,
-)
+e = host_mtp_engine(plain, K, adaptive=False, warm_up=False)
 e.config = dataclasses.replace(e.config, pipeline=False)
 rec = []
 

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from bench.turns import host_mtp_engine
 from workers.drafters.mtp_host import HostMTPDrafter
 from workers.drafters.ngram import NgramDrafter
 from workers.engine import Engine
@@ -23,17 +24,7 @@ from workers.types import SamplingParams
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=False)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-d = HostMTPDrafter(plain.model, head)
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=d,
-    max_batch_size=1,
-    draft_depth=K,
-    adaptive_depth=False,
-    warm_up=False,
-)
+e = host_mtp_engine(plain, K, adaptive=False, warm_up=False)
 e.config = dataclasses.replace(e.config, pipeline=False)
 rec = []
 orig = HostMTPDrafter.propose

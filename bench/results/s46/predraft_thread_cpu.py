@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import workers.pipeline as pl
-from workers.drafters.mtp_host import HostMTPDrafter
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
 from workers.mtp.host_head import HostCache
 from workers.stream_speed import heldout_prompts
@@ -23,17 +23,8 @@ from workers.types import SamplingParams
 
 mode = sys.argv[1]
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=False)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-d = HostMTPDrafter(plain.model, head)
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=d,
-    max_batch_size=1,
-    draft_depth=5,
-    adaptive_depth=False,
-    warm_up=False,
-)
+e = host_mtp_engine(plain, 5, adaptive=False, warm_up=False)
+d = e.drafter
 scratch = HostCache(1, d.host.nk, d.host.d, 512)
 scratch.lengths[:] = 200
 x = np.random.default_rng(0).standard_normal((1, 1, 256)).astype(np.float32)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import workers.engine as em
-from workers.drafters.mtp_host import HostMTPDrafter
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
@@ -37,16 +37,7 @@ def wrap(obj, name, key):
 
 depth = int(sys.argv[1])
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=True)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=HostMTPDrafter(plain.model, head),
-    max_batch_size=1,
-    draft_depth=depth,
-    adaptive_depth=False,
-    warm_up=True,
-)
+e = host_mtp_engine(plain, depth, adaptive=False)
 for eng, tag in [(plain, "plain"), (e, "mtp")]:
     for n in ["_step", "_launch", "_collect", "_draft", "_admit", "_forward"]:
         wrap(eng, n, f"{tag}.{n}")

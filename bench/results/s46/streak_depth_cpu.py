@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from bench.turns import in_turns
+from bench.turns import default_head, host_mtp_engine, in_turns
 from workers.drafters.base import Proposal, empty_proposal
 from workers.drafters.mtp_host import HostMTPDrafter, _host_count
 from workers.engine import Engine
@@ -79,28 +79,13 @@ hi, lo = int(sys.argv[1]), int(sys.argv[2])
 n = int(sys.argv[3])
 reps = int(sys.argv[4])
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=True)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-
-
-def mk(drafter, depth, adaptive):
-    return Engine(
-        plain.model,
-        plain.tokenizer,
-        drafter=drafter,
-        max_batch_size=1,
-        draft_depth=depth,
-        adaptive_depth=adaptive,
-        warm_up=True,
-    )
-
-
-sd = StreakDrafter(plain.model, head)
+sd = StreakDrafter(plain.model, default_head())
 sd.hi, sd.lo = hi, lo
 engines = {
     "plain": plain,
-    "fixed5": mk(HostMTPDrafter(plain.model, head), 5, False),
-    "adaptive5": mk(HostMTPDrafter(plain.model, head), 5, True),
-    f"streak{hi}/{lo}": mk(sd, hi, False),
+    "fixed5": host_mtp_engine(plain, 5, adaptive=False),
+    "adaptive5": host_mtp_engine(plain, 5, adaptive=True),
+    f"streak{hi}/{lo}": host_mtp_engine(plain, hi, adaptive=False, drafter=sd),
 }
 prompts = heldout_prompts(n)
 p = SamplingParams(max_tokens=64, temperature=0.0)

@@ -7,22 +7,13 @@ four prompts queued in one (both at B = 1), in turns.
 import collections
 import time
 
-from workers.drafters.mtp_host import HostMTPDrafter
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
 
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=True)
-head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter.head
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=HostMTPDrafter(plain.model, head),
-    max_batch_size=1,
-    draft_depth=5,
-    adaptive_depth=False,
-    warm_up=True,
-)
+e = host_mtp_engine(plain, 5, adaptive=False)
 prompts = heldout_prompts(16)
 p = SamplingParams(max_tokens=64, temperature=0.0)
 for eng in (plain, e):
