@@ -85,7 +85,7 @@ def host_mtp_engine(
     plain: Engine, depth: int, adaptive: bool, warm_up: bool = True, drafter: Any = None
 ) -> Engine:
     """An MTP engine over `plain`'s model, tokenizer and batch size: `drafter`, or a host
-    drafter of the default model's head (the CPU's MTP drafter, built as `Engine.load` does)."""
+    drafter of the default model's head (the drafter `Engine.load` picks on the CPU)."""
     from workers.drafters.mtp_host import HostMTPDrafter
 
     if drafter is None:
