@@ -81,6 +81,26 @@ def host_mtp_engines(
     return engines
 
 
+def ab_main(contexts: dict[str, Context]) -> None:
+    """A per-stop CPU A/B's command line, `DEPTH PROMPTS REPS ADAPTIVE [B]`: plain and one host
+    MTP engine per name in `contexts` (each built and run inside its context), the held-out
+    prompts in groups of B, in turns (`in_turns`); prints the settings and the result as JSON."""
+    import json
+    import sys
+
+    from workers.stream_speed import heldout_prompts
+
+    depth, n, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    adaptive = sys.argv[4] == "1"
+    B = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    engines = host_mtp_engines(B, depth, adaptive, contexts)
+    sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
+    groups = [prompts[i : i + B] for i in range(0, n, B)]
+    result = in_turns(engines, groups, sp, reps, contexts)
+    settings = {"depth": depth, "adaptive": adaptive, "batch_size": B, "prompts": n, "reps": reps}
+    print(json.dumps({**settings, **result}))
+
+
 def host_mtp_engine(
     plain: Engine, depth: int, adaptive: bool, warm_up: bool = True, drafter: Any = None
 ) -> Engine:

@@ -10,12 +10,11 @@ each engine's, per pass and over all passes.
 
 from __future__ import annotations
 
-import collections
 import json
 import sys
-import time
 from pathlib import Path
 
+from bench.turns import host_mtp_engine, in_turns
 from workers.config import DEFAULT_MODEL_DIR
 from workers.engine import Engine
 from workers.loading import make_drafter
@@ -32,29 +31,10 @@ def main() -> None:
     for h, d in heads.items():
         for k in depths:
             drafter = make_drafter("mtp", d, plain.model)
-            engines[f"{h}{k}"] = Engine(plain.model, plain.tokenizer, drafter=drafter,
-                                        max_batch_size=1, draft_depth=k,
-                                        adaptive_depth=adaptive, warm_up=True)  # fmt: skip
+            engines[f"{h}{k}"] = host_mtp_engine(plain, k, adaptive, drafter=drafter)
     sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
-    for e in engines.values():
-        e.generate(prompts[:1], sp)
-    wall: dict[str, float] = collections.defaultdict(float)
-    passes = []
-    for _ in range(reps):
-        this: dict[str, float] = collections.defaultdict(float)
-        for i, p in enumerate(prompts):
-            ref = None
-            for name, e in engines.items():
-                t0 = time.perf_counter()
-                out = list(e.generate([p], sp)[0].tokens)
-                dt = time.perf_counter() - t0
-                wall[name] += dt
-                this[name] += dt
-                ref = out if name == "plain" else ref
-                assert out == ref, (name, i)
-        passes.append({k: round(this["plain"] / v, 3) for k, v in this.items() if k != "plain"})
-    total = {k: round(wall["plain"] / v, 3) for k, v in wall.items() if k != "plain"}
-    print(json.dumps({"speedup": total, "per_pass": passes}))
+    r = in_turns(engines, [[p] for p in prompts], sp, reps)
+    print(json.dumps({"speedup": r["plain_over_engine"], "per_pass": r["passes"]}))
 
 
 if __name__ == "__main__":

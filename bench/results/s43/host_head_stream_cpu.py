@@ -12,11 +12,10 @@ Prints plain's time over each engine's, per pass and over all passes.
 
 from __future__ import annotations
 
-import collections
 import json
 import sys
-import time
 
+from bench.turns import default_head, host_mtp_engine, in_turns
 from workers.drafters.mtp import MTPDrafter
 from workers.drafters.mtp_host import HostMTPDrafter
 from workers.engine import Engine
@@ -29,36 +28,16 @@ def main() -> None:
     n, reps, adaptive = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     B = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=True)
-    mlx_head = Engine.load(None, drafter="mtp", max_batch_size=1).drafter
-    assert mlx_head is not None
     engines = {"plain": plain}
     for name, kind in (("mlx", MTPDrafter), ("host", HostMTPDrafter)):
         for k in depths:
-            drafter = kind(plain.model, mlx_head.head)  # type: ignore[attr-defined]
-            engines[f"{name}{k}"] = Engine(plain.model, plain.tokenizer, drafter=drafter,
-                                           max_batch_size=B, draft_depth=k,
-                                           adaptive_depth=adaptive, warm_up=True)  # fmt: skip
+            drafter = kind(plain.model, default_head())
+            engines[f"{name}{k}"] = host_mtp_engine(plain, k, adaptive, drafter=drafter)
     sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
     groups = [prompts[i : i + B] for i in range(0, n, B)]
-    for e in engines.values():
-        e.generate(groups[0], sp)
-    wall: dict[str, float] = collections.defaultdict(float)
-    passes = []
-    for _ in range(reps):
-        this: dict[str, float] = collections.defaultdict(float)
-        for i, group in enumerate(groups):
-            ref = None
-            for name, e in engines.items():
-                t0 = time.perf_counter()
-                out = [list(o.tokens) for o in e.generate(group, sp)]
-                dt = time.perf_counter() - t0
-                wall[name] += dt
-                this[name] += dt
-                ref = out if name == "plain" else ref
-                assert out == ref, (name, i)
-        passes.append({k: round(this["plain"] / v, 3) for k, v in this.items() if k != "plain"})
-    total = {k: round(wall["plain"] / v, 3) for k, v in wall.items() if k != "plain"}
-    print(json.dumps({"batch_size": B, "adaptive": adaptive, "speedup": total, "per_pass": passes}))
+    r = in_turns(engines, groups, sp, reps)
+    print(json.dumps({"batch_size": B, "adaptive": adaptive, "speedup": r["plain_over_engine"],
+                      "per_pass": r["passes"]}))  # fmt: skip
 
 
 if __name__ == "__main__":

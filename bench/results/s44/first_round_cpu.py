@@ -17,14 +17,10 @@ pass and over all passes, and each engine's drafting rounds per request.
 from __future__ import annotations
 
 import contextlib
-import json
-import sys
 from collections.abc import Iterator
 
 import workers.drafters.mtp as mtp_module
-from bench.turns import host_mtp_engines, in_turns
-from workers.stream_speed import heldout_prompts
-from workers.types import SamplingParams
+from bench.turns import ab_main
 
 
 @contextlib.contextmanager
@@ -39,16 +35,7 @@ def waits_for_a_verify() -> Iterator[None]:
 
 
 def main() -> None:
-    depth, n, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    adaptive = sys.argv[4] == "1"
-    B = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-    contexts = {"held": contextlib.nullcontext, "waits": waits_for_a_verify}
-    engines = host_mtp_engines(B, depth, adaptive, contexts)
-    sp, prompts = SamplingParams(max_tokens=64), heldout_prompts(n)
-    groups = [prompts[i : i + B] for i in range(0, n, B)]
-    result = in_turns(engines, groups, sp, reps, {"waits": waits_for_a_verify})
-    settings = {"depth": depth, "adaptive": adaptive, "batch_size": B, "prompts": n, "reps": reps}
-    print(json.dumps({**settings, **result}))
+    ab_main({"held": contextlib.nullcontext, "waits": waits_for_a_verify})
 
 
 if __name__ == "__main__":
