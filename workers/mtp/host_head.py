@@ -29,6 +29,14 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from workers.mtp.hidden import text_model
+from workers.mtp.host_native import NativeStep, library
+
+# The most rows a drafting step runs in C (host_native.py); larger batches and a prompt's pairs
+# (up to 64 a row, no query) keep NumPy, whose BLAS GEMMs read the weights for many rows
+# faster than host_step.c's dot products (2-core CPU VM, default model's head: B = 1 / 4 a
+# chained step 122 / 324 us against 283 / 538 in NumPy, B = 8 level, B = 16 1.4x slower; 64
+# prompt pairs 0.93 ms against 0.48; bench/results/s47/README.md).
+NATIVE_MAX_ROWS = 4
 
 
 def _np(a: mx.array) -> np.ndarray:
@@ -126,6 +134,8 @@ class HostHead:
         lm = getattr(tm, "lm_head", None)
         self.lm_head = self.embed if lm is None else _shared(lm.weight)  # [V, H], x @ W.T
         self.lm_head_linear = HostLinear(self.lm_head, shared=True)
+        dll = library()  # the step in C where this machine can build it (host_native.py)
+        self.native = NativeStep(dll, self) if dll is not None else None
 
     @staticmethod
     def unsupported_reason(head: Any, target: Any) -> str:
@@ -168,6 +178,10 @@ class HostHead:
         (drafters/mtp.py), and a prompt's pairs (`last` None) need only their keys and values
         (then both returned arrays are empty)."""
         B, W, H = hidden.shape
+        if self.native is not None and last is not None and B <= NATIVE_MAX_ROWS:
+            cache.reserve(W)
+            self._tables(int(cache.lengths.max(initial=0)) + W)
+            return self.native(hidden, tokens, cache, last, self._cos, self._sin)
         nh, nk, d = self.nh, self.nk, self.d
         e = self._norm(self.embed[tokens], "e")
         x = self.fc(np.concatenate([e, self._norm(hidden, "h")], axis=-1))  # [B, W, H]
@@ -214,14 +228,18 @@ class HostHead:
         probs = scores / scores.sum(axis=-1, keepdims=True)
         return (probs @ values).reshape(B, 1, nh * d)
 
-    def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""
-        if int(pos.max()) >= len(self._cos):  # the tables, per position, grown by doubling
-            angle = np.arange(2 * int(pos.max()) + 64)[:, None] * self.inv_freq
+    def _tables(self, positions: int) -> None:
+        """The RoPE tables [P, D/2] cover positions 0..positions-1 (grown by doubling)."""
+        if positions > len(self._cos):
+            angle = np.arange(2 * positions + 64)[:, None] * self.inv_freq
             self._cos, self._sin = (
                 np.cos(angle).astype(np.float32),
                 np.sin(angle).astype(np.float32),
             )
+
+    def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """MLX's non-traditional RoPE (the halves rotate) at positions pos [B, W]."""
+        self._tables(int(pos.max()) + 1)
         cos, sin = self._cos[pos][:, :, None], self._sin[pos][:, :, None]  # [B, W, 1, D/2]
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
@@ -247,14 +265,18 @@ class HostCache:
     def write(self, k: np.ndarray, v: np.ndarray) -> None:
         """Keys and values [B, W, NK, D] at each row's next W slots (not committed)."""
         B, W = k.shape[:2]
+        self.reserve(W)
+        slots = self.lengths[:, None] + np.arange(W)  # [B, W]
+        rows = np.arange(B)[:, None]
+        self.k[rows, slots], self.v[rows, slots] = k, v
+
+    def reserve(self, W: int) -> None:
+        """Room for W more entries a row (the slots grown by doubling; C-contiguous arrays)."""
         need = int(self.lengths.max(initial=0)) + W
         if need > self.k.shape[1]:
             grown = max(need, 2 * self.k.shape[1])
             pad = [(0, 0), (0, grown - self.k.shape[1]), (0, 0), (0, 0)]
             self.k, self.v = np.pad(self.k, pad), np.pad(self.v, pad)
-        slots = self.lengths[:, None] + np.arange(W)  # [B, W]
-        rows = np.arange(B)[:, None]
-        self.k[rows, slots], self.v[rows, slots] = k, v
 
     # BatchCache's drafter-cache operations (workers/kv_cache.py), so MTPDrafter's commit,
     # restart and tighten run on this cache unchanged.

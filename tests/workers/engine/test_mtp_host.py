@@ -1,7 +1,9 @@
-"""The MTP head run in NumPy on the host (workers/mtp/host_head.py, drafters/mtp_host.py).
+"""The MTP head run on the host (workers/mtp/host_head.py, drafters/mtp_host.py): its step in
+NumPy, or in C (host_step.c, built by host_native.py) for drafting steps of up to 4 rows.
 
-Its step is checked against the MLX head's (same weights, fp32 tolerance), its drafts against
-MLX's drafter round by round, and every engine output against mlx-lm's plain decode.
+Its step is checked against the MLX head's (same weights, fp32 tolerance) on both routes, its
+drafts against MLX's drafter round by round, and every engine output against mlx-lm's plain
+decode.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from workers import Engine, SamplingParams
 from workers.compiled_step import COMPILE_ENV
 from workers.drafters.mtp import MTPDrafter
 from workers.drafters.mtp_host import ENV, HostMTPDrafter, host_head_wanted
+from workers.mtp import host_native
 from workers.mtp.hidden import embed, lm_head
-from workers.mtp.host_head import HostCache, HostHead, HostLinear
+from workers.mtp.host_head import NATIVE_MAX_ROWS, HostCache, HostHead, HostLinear
 
 MAX_TOKENS = 24
 
@@ -30,15 +33,31 @@ def setup():
     return target, fit_mtp_head(target, steps=60)
 
 
+def _compiler() -> bool:
+    import shutil
+
+    return bool(shutil.which("cc") or shutil.which("gcc"))
+
+
+@pytest.mark.parametrize("route", ["native", "numpy"])
 @pytest.mark.parametrize("hidden_norm", ["pre_norm", "post_norm"])
-def test_host_step_equals_the_mlx_heads(hidden_norm):
+def test_host_step_equals_the_mlx_heads(hidden_norm, route):
     """Ragged rows (cache lengths 5, 0, 9), windows of 4 and 1 pairs read at a pair per row:
     chain, normed hidden and logits equal MLX's head run row by row over mlx-lm's KVCache, to
     fp32 tolerance (every pair's key and value went into the cache: the 1-pair step reads
-    them)."""
+    them). `native`: the drafting steps in C (the prompt pairs stay NumPy's); `numpy`: all in
+    NumPy."""
     target = tiny_model("qwen3", seed=4, layers=1)
     head = fit_mtp_head(target, steps=5, hidden_norm=hidden_norm)
     host = HostHead(head, target)
+    if route == "native":  # a machine with a C compiler builds it; CI's has one
+        assert (host.native is not None) == _compiler()
+        if host.native is None:
+            pytest.skip("no C compiler on this machine")
+        real, calls = host.native, []
+        host.native = lambda *a: calls.append(a[0].shape) or real(*a)  # type: ignore[assignment]
+    else:
+        host.native = None
     rng = np.random.default_rng(0)
     lengths, H = [5, 0, 9], head.args.hidden_size
     cache = HostCache(0, host.nk, host.d)
@@ -67,6 +86,50 @@ def test_host_step_equals_the_mlx_heads(hidden_norm):
             np.testing.assert_allclose(chain[r, 0], np.array(g[0, i]), rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(normed[r, 0], np.array(n[0, i]), rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(logits[r], np.array(want), rtol=1e-4, atol=1e-4)
+    if route == "native":
+        assert calls == [(3, 4, head.args.hidden_size), (3, 1, head.args.hidden_size)]
+
+
+def test_native_step_is_built_once_and_refused_cleanly(monkeypatch, tmp_path):
+    """The C step builds into the cache directory and loads; SPECFLEET_NATIVE_HEAD=0, no
+    compiler, or a compiler that fails leave it out (HostHead then steps in NumPy)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    build = host_native.library.__wrapped__  # the uncached build
+    if _compiler():
+        assert build() is not None
+        assert len(list((tmp_path / "specfleet").glob("host_step_*.so"))) == 1
+    monkeypatch.setenv(host_native.ENV, "0")
+    assert build() is None
+    monkeypatch.delenv(host_native.ENV)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "cc").write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    (fake / "cc").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
+    assert build() is None  # the failed build: no library, nothing left behind
+    assert not list((tmp_path / "other" / "specfleet").glob("*"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert build() is None
+
+
+def test_batches_over_native_max_rows_step_in_numpy(setup):
+    """The C step runs drafting steps of up to NATIVE_MAX_ROWS rows; a larger batch's step and
+    a prompt's pairs run in NumPy."""
+    target, head = setup
+    host = HostHead(head, target)
+    if host.native is None:
+        pytest.skip("no C compiler on this machine")
+    calls: list = []
+    real = host.native
+    host.native = lambda *a: calls.append(a[0].shape[0]) or real(*a)  # type: ignore[assignment]
+    H = head.args.hidden_size
+    for B in (1, NATIVE_MAX_ROWS, NATIVE_MAX_ROWS + 1):
+        cache = HostCache(B, host.nk, host.d)
+        host.step(np.zeros((B, 3, H), np.float32), np.ones((B, 3), np.int64), cache, None)
+        host.step(np.zeros((B, 1, H), np.float32), np.ones((B, 1), np.int64), cache,
+                  np.zeros(B, np.int64))  # fmt: skip
+    assert calls == [1, NATIVE_MAX_ROWS]
 
 
 def _proposals(engine: Engine, probs: list | None = None) -> list[np.ndarray]:

@@ -1,0 +1,139 @@
+"""HostHead's step in C (workers/mtp/host_step.c), built once per machine with its C compiler.
+
+The NumPy step (host_head.py) makes ~40 NumPy calls of 1-5 us each around ~60 us of products;
+one call into C does the same arithmetic (other summation orders: drafts only decide how many
+tokens a round emits). Built with `cc -O3` (plus `-mavx2 -mfma` where the CPU has them, as
+workers/cpu_jit.py checks) into `$XDG_CACHE_HOME/specfleet` (or the temp directory), keyed by the
+source's and flags' hash; where no compiler is found or the build fails, HostHead keeps its
+NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENV = "SPECFLEET_NATIVE_HEAD"  # "0": HostHead steps in NumPy
+SOURCE = Path(__file__).with_name("host_step.c")
+NORMS = ("e", "h", "ln1", "ln2", "q", "k", "out")  # host_step.c's order
+
+_f32p = ctypes.POINTER(ctypes.c_float)
+_i64p = ctypes.POINTER(ctypes.c_int64)
+
+
+class _Head(ctypes.Structure):
+    """host_step.c's `Head`."""
+
+    _fields_ = [
+        *[(n, ctypes.c_int64) for n in ("H", "NH", "NK", "D", "F", "post_norm")],
+        ("scale", ctypes.c_double),
+        ("eps", ctypes.c_double * 7),
+        ("norm", _f32p * 7),
+        *[(n, _f32p) for n in ("embed", "fc", "q_proj", "kv_proj", "o_proj", "gate_up", "down")],
+    ]
+
+
+def _flags() -> list[str]:
+    from workers.cpu_jit import cpu_features
+
+    flags = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
+    if platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= cpu_features():
+        flags += ["-mavx2", "-mfma"]
+    return flags
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The built step, or None (no compiler, a failed build, or ENV "0")."""
+    if os.environ.get(ENV, "1") == "0":
+        return None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    flags = _flags()
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir()) / "specfleet"
+    lib = root / f"host_step_{key}.so"
+    if not lib.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp")  # then renamed: concurrent builds race safely
+        run = subprocess.run([cc, *flags, str(SOURCE), "-o", str(tmp), "-lm"], capture_output=True)
+        if run.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, lib)
+    dll = ctypes.CDLL(str(lib))
+    fn = dll.specfleet_head_step
+    fn.restype = ctypes.c_int
+    i64 = ctypes.c_int64
+    fn.argtypes = [ctypes.POINTER(_Head), i64, i64, _f32p, _i64p, _i64p, _i64p, _f32p, _f32p,
+                   i64, _f32p, _f32p, _f32p, _f32p]  # fmt: skip
+    return dll
+
+
+def _ptr(a: np.ndarray, kind: Any = _f32p) -> Any:
+    return a.ctypes.data_as(kind)
+
+
+class NativeStep:
+    """HostHead.step's arithmetic in one C call; holds the weights it points at."""
+
+    def __init__(self, dll: ctypes.CDLL, host: Any) -> None:
+        self._fn = dll.specfleet_head_step
+        norms = [host.norms[n] for n in NORMS]
+        # [out, in] float32 rows, contiguous (HostLinear keeps [in, out] copies for NumPy)
+        self._keep = [np.ascontiguousarray(w, dtype=np.float32) for w, _ in norms]
+        weights = {n: np.ascontiguousarray(getattr(host, n).io.T) for n in
+                   ("fc", "q_proj", "kv_proj", "o_proj", "gate_up", "down")}  # fmt: skip
+        embed = host.embed
+        if not embed.flags.c_contiguous:
+            embed = np.ascontiguousarray(embed)
+        self._keep += [*weights.values(), embed]
+        self.head = _Head(
+            H=embed.shape[1], NH=host.nh, NK=host.nk, D=host.d,
+            F=weights["down"].shape[1], post_norm=int(host.post_norm), scale=host.scale,
+            eps=(ctypes.c_double * 7)(*[eps for _, eps in norms]),
+            norm=(_f32p * 7)(*[_ptr(w) for w in self._keep[:7]]),
+            embed=_ptr(embed), **{n: _ptr(w) for n, w in weights.items()},
+        )  # fmt: skip
+
+    def __call__(
+        self,
+        hidden: np.ndarray,
+        tokens: np.ndarray,
+        cache: Any,
+        last: np.ndarray | None,
+        cos: np.ndarray,
+        sin: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As HostHead.step, with the RoPE tables [positions, D/2] covering every position."""
+        B, W, H = hidden.shape
+        for name in ("k", "v"):  # written in place, [B, S, NK, D] row-major
+            if not getattr(cache, name).flags.c_contiguous:
+                setattr(cache, name, np.ascontiguousarray(getattr(cache, name)))
+        hidden = np.ascontiguousarray(hidden, dtype=np.float32)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        lengths = np.ascontiguousarray(cache.lengths, dtype=np.int64)
+        n = B if last is not None else 0
+        chain = np.empty((B, 1, H) if n else (B, 0, H), dtype=np.float32)
+        normed = np.empty_like(chain)
+        at = None if last is None else np.ascontiguousarray(last, dtype=np.int64)
+        rc = self._fn(
+            ctypes.byref(self.head), B, W, _ptr(hidden), _ptr(tokens, _i64p),
+            _ptr(lengths, _i64p), None if at is None else _ptr(at, _i64p),
+            _ptr(cache.k), _ptr(cache.v), cache.k.shape[1], _ptr(cos), _ptr(sin),
+            _ptr(chain), _ptr(normed),
+        )  # fmt: skip
+        if rc != 0:
+            raise MemoryError("the native MTP head step could not allocate its scratch")
+        return chain, normed
