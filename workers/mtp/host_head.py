@@ -9,6 +9,11 @@ step. NumPy runs the same step in ~0.5 ms (its ops cost ~1 us; the matmuls are t
 gemv), and on the CPU reading the verify's outputs back costs nothing extra, since MLX's CPU
 `async_eval` computes the round while it launches it (workers/backend.py).
 
+Drafting steps of up to NATIVE_MAX_ROWS rows run in C where the machine has a C compiler
+(host_step.c, built by host_native.py): one call in place of ~40 NumPy calls of 1-5 us each,
+which were most of a chained step (0.28 against 0.12 ms at B = 1, warm; a single stream's
+request +6-8%, bench/results/s47/README.md).
+
 The numbers are not MLX's bit for bit (other kernels, other summation orders). They need not be:
 drafts only decide how many tokens a round emits, the target's verify decides which
 (workers/verify.py), and a sampled draft's distribution q is the one it was drawn from.
