@@ -3,9 +3,11 @@
 The NumPy step (host_head.py) makes ~40 NumPy calls of 1-5 us each around ~60 us of products;
 one call into C does the same arithmetic (other summation orders: drafts only decide how many
 tokens a round emits). Built with `cc -O3` (plus `-mavx2 -mfma` where the CPU has them, as
-workers/cpu_jit.py checks) into `$XDG_CACHE_HOME/specfleet` (or the temp directory), keyed by the
-source's and flags' hash; where no compiler is found or the build fails, HostHead keeps its
-NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too.
+workers/cpu_jit.py checks) into `$XDG_CACHE_HOME/specfleet` (default `~/.cache/specfleet`),
+keyed by the source's and flags' hash. That directory must be the user's own and writable by
+no one else, since what it holds is loaded as code; otherwise the build goes to a private
+temporary directory, once a process. Where no compiler is found or the build fails, HostHead
+keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too.
 """
 
 from __future__ import annotations
@@ -62,10 +64,8 @@ def library() -> ctypes.CDLL | None:
         return None
     flags = _flags()
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir()) / "specfleet"
-    lib = root / f"host_step_{key}.so"
+    lib = _cache_dir() / f"host_step_{key}.so"
     if not lib.exists():
-        root.mkdir(parents=True, exist_ok=True)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")  # then renamed: concurrent builds race safely
         run = subprocess.run([cc, *flags, str(SOURCE), "-o", str(tmp), "-lm"], capture_output=True)
         if run.returncode != 0:
@@ -79,6 +79,19 @@ def library() -> ctypes.CDLL | None:
     fn.argtypes = [ctypes.POINTER(_Head), i64, i64, _f32p, _i64p, _i64p, _i64p, _f32p, _f32p,
                    i64, _f32p, _f32p, _f32p, _f32p]  # fmt: skip
     return dll
+
+
+def _cache_dir() -> Path:
+    """The user's own cache directory for the build, or a private temporary one."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specfleet"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = root.stat()
+        if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            return root
+    except (OSError, RuntimeError):  # no home, or one not writable
+        pass
+    return Path(tempfile.mkdtemp(prefix="specfleet-"))
 
 
 def _ptr(a: np.ndarray, kind: Any = _f32p) -> Any:

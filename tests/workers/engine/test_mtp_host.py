@@ -91,8 +91,9 @@ def test_host_step_equals_the_mlx_heads(hidden_norm, route):
 
 
 def test_native_step_is_built_once_and_refused_cleanly(monkeypatch, tmp_path):
-    """The C step builds into the cache directory and loads; SPECFLEET_NATIVE_HEAD=0, no
-    compiler, or a compiler that fails leave it out (HostHead then steps in NumPy)."""
+    """The C step builds into the user's cache directory and loads (into a private temporary
+    one where that directory is writable by others); SPECFLEET_NATIVE_HEAD=0, no compiler, or
+    a compiler that fails leave it out (HostHead then steps in NumPy)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     build = host_native.library.__wrapped__  # the uncached build
     if _compiler():
@@ -101,6 +102,13 @@ def test_native_step_is_built_once_and_refused_cleanly(monkeypatch, tmp_path):
     monkeypatch.setenv(host_native.ENV, "0")
     assert build() is None
     monkeypatch.delenv(host_native.ENV)
+    shared = tmp_path / "shared"  # a cache directory others may write: not loaded from
+    (shared / "specfleet").mkdir(parents=True)
+    (shared / "specfleet").chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    if _compiler():
+        assert build() is not None
+        assert not list((shared / "specfleet").glob("*"))
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "cc").write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
