@@ -162,8 +162,9 @@ def test_switch_off_keeps_mlx_modules(monkeypatch):
 
 @pytest.mark.parametrize("Hq, Hk", [(4, 2), (4, 4)])
 @pytest.mark.parametrize("masked", [False, True])
-def test_attention_equals_mlx_bit_for_bit(Hq, Hk, masked):
-    B, L, S, D = 3, 4, 9, 16
+@pytest.mark.parametrize("L, S", [(4, 9), (6, 200)])  # MLX's softmax; the split one
+def test_attention_equals_mlx_bit_for_bit(Hq, Hk, masked, L, S):
+    B, D = 3, 16
     lengths = mx.array([5, 2, 0])
     mask = None
     if masked:  # a ragged window's mask, one object for every layer of the forward
@@ -178,6 +179,26 @@ def test_attention_equals_mlx_bit_for_bit(Hq, Hk, masked):
         mask[..., 0] = True
         want = mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)
         assert mx.array_equal(cpu_ops.attention(q, k, v, D**-0.5, mask), want).item()
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 2, 2, 6, 2048), (1, 4, 6, 777), (3, 2, 2, 1, 4096), (16, 4, 120, 120),
+              (1, 4, 64, 1500), (2, 1, 1, 2048)],
+)  # fmt: skip
+def test_softmax_equals_mlxs_bit_for_bit(shape):
+    """The split softmax (max, compiled exp, sum, reciprocal) against mx.softmax(precise=True)
+    at every scale of scores, with masked keys (float32's lowest, as attention fills them) and
+    a fully masked row: the same bits."""
+    assert np.prod(shape) >= cpu_ops.SOFTMAX_SPLIT_ELEMENTS  # the split route runs
+    rng = np.random.default_rng(len(shape) * 1000 + shape[-1])
+    lowest = np.finfo(np.float32).min
+    for scale in (0.05, 1.0, 8.0, 60.0):
+        a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        a = np.where(rng.random(shape) < 0.3, lowest, a)
+        a.reshape(-1, shape[-1])[0] = lowest
+        x = mx.array(a)
+        got, want = np.array(cpu_ops.softmax(x)), np.array(mx.softmax(x, axis=-1, precise=True))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (shape, scale)
 
 
 def test_two_attention_routes_installed_in_turns_wrap_once_each():
