@@ -1,4 +1,4 @@
-"""The MTP head's step in NumPy on the host: a Qwen3-layout head drafting on MLX's CPU backend.
+"""The MTP head's step on the host (NumPy, or C): a Qwen3-layout head drafting on MLX's CPU.
 
 Why: MLX's CPU backend runs every graph node as a task of its own queue, ~3-7 us each whatever
 its size, and one head step builds ~170 nodes over the engine's ragged cache (RMSNorms and RoPE

@@ -7,7 +7,8 @@ workers/cpu_jit.py checks) into `$XDG_CACHE_HOME/specfleet` (default `~/.cache/s
 keyed by the source's and flags' hash. That directory must be the user's own and writable by
 no one else, since what it holds is loaded as code; otherwise the build goes to a private
 temporary directory, once a process. Where no compiler is found or the build fails, HostHead
-keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too.
+keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first
+HostHead).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class _Head(ctypes.Structure):
     """host_step.c's `Head`."""
 
     _fields_ = [
-        *[(n, ctypes.c_int64) for n in ("H", "NH", "NK", "D", "F", "post_norm")],
+        *[(n, ctypes.c_int64) for n in ("H", "NH", "NK", "D", "F", "V", "post_norm")],
         ("scale", ctypes.c_double),
         ("eps", ctypes.c_double * 7),
         ("norm", _f32p * 7),
@@ -113,7 +114,7 @@ class NativeStep:
             embed = np.ascontiguousarray(embed)
         self._keep += [*weights.values(), embed]
         self.head = _Head(
-            H=embed.shape[1], NH=host.nh, NK=host.nk, D=host.d,
+            H=embed.shape[1], V=embed.shape[0], NH=host.nh, NK=host.nk, D=host.d,
             F=weights["down"].shape[1], post_norm=int(host.post_norm), scale=host.scale,
             eps=(ctypes.c_double * 7)(*[eps for _, eps in norms]),
             norm=(_f32p * 7)(*[_ptr(w) for w in self._keep[:7]]),
@@ -147,6 +148,12 @@ class NativeStep:
             _ptr(cache.k), _ptr(cache.v), cache.k.shape[1], _ptr(cos), _ptr(sin),
             _ptr(chain), _ptr(normed),
         )  # fmt: skip
-        if rc != 0:
+        if rc == -1:
             raise MemoryError("the native MTP head step could not allocate its scratch")
+        if rc != 0:  # the callers' contract broken: the C step reads and writes unchecked
+            raise ValueError(
+                f"native MTP head step: tokens {tokens.min()}..{tokens.max()} (vocabulary "
+                f"{self.head.V}), last {at}, lengths {lengths} + {W} pairs (slots "
+                f"{cache.k.shape[1]}): a token, pair or slot out of range"
+            )
         return chain, normed

@@ -15,7 +15,7 @@
 typedef float v8 __attribute__((vector_size(32)));
 
 typedef struct {
-  int64_t H, NH, NK, D, F, post_norm;
+  int64_t H, NH, NK, D, F, V, post_norm;
   double scale;
   double eps[7];          /* e, h, ln1, ln2, q, k, out */
   const float *norm[7];   /* their weights: [H] but q and k [D] */
@@ -77,6 +77,10 @@ int specfleet_head_step(const Head *h, int64_t B, int64_t W, const float *hidden
                         float *ck, float *cv, int64_t S, const float *cos_t, const float *sin_t,
                         float *chain, float *normed) {
   const int64_t H = h->H, NH = h->NH, NK = h->NK, D = h->D, F = h->F, KV = NK * D, M = B * W;
+  for (int64_t r = 0; r < M; r++)
+    if (tokens[r] < 0 || tokens[r] >= h->V) return -2;
+  for (int64_t b = 0; b < B; b++)
+    if (lengths[b] < 0 || lengths[b] + W > S || (last && (last[b] < 0 || last[b] >= W))) return -2;
   float *cat = malloc(sizeof(float) * (M * (2 * H + 2 * H + 2 * KV) + S +
                                        B * (2 * NH * D + 4 * H + 3 * F)));
   if (!cat) return -1;

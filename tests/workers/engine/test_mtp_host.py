@@ -121,6 +121,23 @@ def test_native_step_is_built_once_and_refused_cleanly(monkeypatch, tmp_path):
     assert build() is None
 
 
+def test_native_step_refuses_what_it_would_read_or_write_out_of_bounds(setup):
+    """The C step checks its inputs before touching memory: a token outside the vocabulary or
+    a pair outside the window raises ValueError naming them, and leaves the cache as it was."""
+    target, head = setup
+    host = HostHead(head, target)
+    if host.native is None:
+        pytest.skip("no C compiler on this machine")
+    H, V = head.args.hidden_size, host.embed.shape[0]
+    cache = HostCache(1, host.nk, host.d)
+    hidden = np.zeros((1, 2, H), np.float32)
+    for tokens, last in (([[1, V]], [0]), ([[1, -1]], [0]), ([[1, 2]], [2])):
+        before = cache.k.copy()
+        with pytest.raises(ValueError, match="out of range"):
+            host.step(hidden, np.array(tokens), cache, np.array(last))
+        np.testing.assert_array_equal(cache.k, before)
+
+
 def test_batches_over_native_max_rows_step_in_numpy(setup):
     """The C step runs drafting steps of up to NATIVE_MAX_ROWS rows; a larger batch's step and
     a prompt's pairs run in NumPy."""
