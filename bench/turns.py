@@ -7,13 +7,24 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from workers.engine import Engine
 from workers.types import SamplingParams
 
 Context = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` is `value` while inside: a change patched out for an A/B's other side."""
+    real = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, real)
 
 
 def in_turns(

@@ -17,24 +17,15 @@ pass and over all passes, and each engine's drafting rounds per request.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
-from bench.turns import ab_main
+from bench.turns import ab_main, patched
 from workers.mtp.host_head import HostLinear
 
 
-@contextlib.contextmanager
-def products_as_before() -> Iterator[None]:
-    real = HostLinear.__call__
-    HostLinear.__call__ = lambda self, x: x @ self.io  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        HostLinear.__call__ = real  # type: ignore[method-assign]
-
-
 def main() -> None:
-    ab_main({"new": contextlib.nullcontext, "old": products_as_before})
+    as_before = lambda self, x: x @ self.io  # noqa: E731  # every product as x @ w_io
+    ab_main({"new": contextlib.nullcontext,
+             "old": lambda: patched(HostLinear, "__call__", as_before)})  # fmt: skip
 
 
 if __name__ == "__main__":
