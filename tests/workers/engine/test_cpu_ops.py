@@ -201,6 +201,17 @@ def test_softmax_equals_mlxs_bit_for_bit(shape):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (shape, scale)
 
 
+def test_softmax_traces_its_exponentials_once_for_every_shape():
+    """A decode step's keys grow by one: the compiled exponentials must not be traced (and kept)
+    once per shape, or a serving engine would trace every step and keep every trace."""
+    cpu_ops.softmax(mx.ones((1, 2, 2, 1, 2048)))
+    before = cpu_ops._traces
+    for S in range(2048, 2060):
+        for shape in ((1, 2, 2, 1, S), (3, 4, 6, S)):
+            mx.eval(cpu_ops.softmax(mx.random.normal(shape)))
+    assert cpu_ops._traces == before
+
+
 def test_two_attention_routes_installed_in_turns_wrap_once_each():
     """Engines re-install routes at every admission: the chain must not grow."""
     import sys
