@@ -104,11 +104,11 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s47: the host head's drafting steps in C against 69d28bf, in
-    # turns; 2 in the before/after, then 4)
+    # the newest tree's demo runs (s47: the C head step and the split softmax against 69d28bf,
+    # in turns; 2 in the before/after, then 4)
     demo_runs = [
         r for f in ("demo_ab", "demo_ab_4")
-        for r in (_load(f"s47/vs_69d28bf/{f}.json") or {}).get("runs", [])
+        for r in (_load(f"s47/vs_69d28bf_final/{f}.json") or {}).get("runs", [])
     ]  # fmt: skip
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
