@@ -186,6 +186,10 @@ def test_auth_health_reflection(tmp_path: Path) -> None:
 
 def test_cancel_and_disconnect_free_the_request(running: Running) -> None:
     sched = running.h.sched
+    # Rounds of 20 ms: 1,500 tokens then take ~15 s, so neither request can finish before its
+    # cancel lands (at 2 ms a round one did, in ~1.5 s, on a loaded CI machine).
+    for engine in running.h.engines:
+        engine.step_delay_s = 0.02
     with Client(running.gw.address) as c:
         got: list = []
         err: list = []
