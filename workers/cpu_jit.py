@@ -61,12 +61,29 @@ def wanted() -> bool:
     return set(CPU_FEATURES) <= cpu_features()
 
 
+def private_cache_dir() -> Path | None:
+    """specfleet's directory in the user's cache (`$XDG_CACHE_HOME`, default `~/.cache`), made
+    if missing; None where there is no home, it cannot be made, or others may write to it:
+    what it holds runs as code (this module's `g++` wrapper, workers/mtp/host_native.py's
+    build)."""
+    try:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specfleet"
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = root.stat()
+    except (OSError, RuntimeError):  # RuntimeError: no home directory (a bare container's uid)
+        return None
+    return root if st.st_uid == os.getuid() and not st.st_mode & 0o022 else None
+
+
 def wrapper_dir(real: str) -> Path:
     """One directory per (compiler, flags): two installs on one machine never rewrite each
-    other's wrapper under a process that runs it."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    other's wrapper under a process that runs it. OSError where there is no private cache
+    directory for it (`private_cache_dir`)."""
+    root = private_cache_dir()
+    if root is None:
+        raise OSError("no cache directory of this user's alone for the g++ wrapper")
     key = hashlib.sha1(" ".join([real, *FLAGS]).encode()).hexdigest()[:12]
-    return Path(base) / "specfleet" / "jit-cc" / key
+    return root / "jit-cc" / key
 
 
 def without_wrappers(path: str) -> str:
@@ -100,7 +117,7 @@ def install() -> Path | None:
         return None  # no compiler: MLX does not compile on the CPU at all
     script = f'#!/bin/sh\n{MARK}\nexec "{real}" {" ".join(FLAGS)} "$@"\n'
     try:
-        here = wrapper_dir(real)  # RuntimeError: no home directory (a bare container's uid)
+        here = wrapper_dir(real)  # OSError: no private cache directory (no home, shared)
         here.mkdir(parents=True, exist_ok=True, mode=0o700)
         target = here / "g++"
         if _read(target) != script:

@@ -2,11 +2,11 @@
 
 The NumPy step (host_head.py) makes ~40 NumPy calls of 1-5 us each around ~60 us of products;
 one call into C does the same arithmetic (other summation orders: drafts only decide how many
-tokens a round emits). Built with `cc -O3` (plus `-mavx2 -mfma` where the CPU has them, as
-workers/cpu_jit.py checks) into `$XDG_CACHE_HOME/specfleet` (default `~/.cache/specfleet`),
-keyed by the source's and flags' hash. That directory must be the user's own and writable by
-no one else, since what it holds is loaded as code; otherwise the build goes to a private
-temporary directory, once a process. Where no compiler is found or the build fails, HostHead
+tokens a round emits). Built with `cc -O3` (plus the units workers/cpu_jit.py builds MLX's kernels for, where the
+CPU has them) into `$XDG_CACHE_HOME/specfleet` (default `~/.cache/specfleet`), keyed by the
+source's and flags' hash. That directory must be the user's own and writable by no one else,
+since what it holds is loaded as code (`cpu_jit.private_cache_dir`); otherwise the build goes
+to a private temporary directory, once a process. Where no compiler is found or the build fails, HostHead
 keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first
 HostHead).
 """
@@ -47,18 +47,22 @@ class _Head(ctypes.Structure):
 
 
 def _flags() -> list[str]:
-    from workers.cpu_jit import cpu_features
+    """-O3, and the units workers/cpu_jit.py builds MLX's kernels for where the CPU has them
+    (not its -ffp-contract=off: these products need no bits of MLX's)."""
+    from workers.cpu_jit import CPU_FEATURES, FLAGS, cpu_features
 
     flags = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
-    if platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= cpu_features():
-        flags += ["-mavx2", "-mfma"]
+    if platform.machine() in ("x86_64", "AMD64") and set(CPU_FEATURES) <= cpu_features():
+        flags += [f for f in FLAGS if f.startswith("-m")]
     return flags
 
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The built step, or None (no compiler, a failed build, or ENV "0")."""
-    if os.environ.get(ENV, "1") == "0":
+    from workers.backend import Backend
+
+    if not Backend.current().wants(ENV, default=True):
         return None
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -84,15 +88,9 @@ def library() -> ctypes.CDLL | None:
 
 def _cache_dir() -> Path:
     """The user's own cache directory for the build, or a private temporary one."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specfleet"
-    try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = root.stat()
-        if st.st_uid == os.getuid() and not st.st_mode & 0o022:
-            return root
-    except (OSError, RuntimeError):  # no home, or one not writable
-        pass
-    return Path(tempfile.mkdtemp(prefix="specfleet-"))
+    from workers.cpu_jit import private_cache_dir
+
+    return private_cache_dir() or Path(tempfile.mkdtemp(prefix="specfleet-"))
 
 
 def _ptr(a: np.ndarray, kind: Any = _f32p) -> Any:
@@ -138,8 +136,7 @@ class NativeStep:
         hidden = np.ascontiguousarray(hidden, dtype=np.float32)
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         lengths = np.ascontiguousarray(cache.lengths, dtype=np.int64)
-        n = B if last is not None else 0
-        chain = np.empty((B, 1, H) if n else (B, 0, H), dtype=np.float32)
+        chain = np.empty((B, 0 if last is None else 1, H), dtype=np.float32)
         normed = np.empty_like(chain)
         at = None if last is None else np.ascontiguousarray(last, dtype=np.int64)
         rc = self._fn(

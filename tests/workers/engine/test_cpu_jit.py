@@ -123,6 +123,21 @@ def test_not_installed_off_x86_or_when_opted_out(tmp_path, monkeypatch):
     assert os.environ["PATH"] == path
 
 
+def test_a_cache_directory_others_can_write_gets_no_wrapper(tmp_path, monkeypatch):
+    """The wrapper runs as the engine's compiler: never from a directory others may write."""
+    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "specfleet").mkdir()
+    (tmp_path / "specfleet").chmod(0o777)
+    monkeypatch.setenv("PATH", cpu_jit.without_wrappers(os.environ.get("PATH", "")))
+    path = os.environ["PATH"]
+    assert cpu_jit.private_cache_dir() is None
+    assert cpu_jit.install() is None
+    assert os.environ["PATH"] == path and not list((tmp_path / "specfleet").iterdir())
+    (tmp_path / "specfleet").chmod(0o700)
+    assert cpu_jit.private_cache_dir() == tmp_path / "specfleet"
+
+
 def test_no_home_directory_leaves_mlx_as_it_is(monkeypatch):
     """A container whose uid has no home: the engine still loads, MLX builds as it does."""
     monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
