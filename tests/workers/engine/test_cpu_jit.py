@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,15 +30,23 @@ from workers import cpu_jit
 installed = cpu_jit.install()
 x = mx.random.normal((3, 37, 200), key=mx.random.key(0))
 y = mx.random.normal((3, 37, 200), key=mx.random.key(1))
+# Scales up to 100 and the edges the exponential's checks guard (+-88, NaN, infinities, zeros,
+# denormals): a vectorised kernel must give each the scalar one's bits.
+x = x * mx.array([0.01, 1.0, 10.0, 100.0])[mx.arange(200) % 4]
+edges = mx.array([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 88.0, 88.1, -88.0,
+                  -88.1, 87.9, -87.9, 1e-40, -1e-40, 3e38, -3e38])
+x = mx.concatenate([edges, x.reshape(-1)[edges.size:]]).reshape(x.shape)
 chains = {  # compiled -> the same ops uncompiled
     "silu_gate": (mx.compile(lambda a, b: nn.silu(a) * b), lambda a, b: a * mx.sigmoid(a) * b),
     "mul_add": (mx.compile(lambda a, b: a * b + a), lambda a, b: a * b + a),
     "exp_chain": (mx.compile(lambda a, b: mx.exp(a - b) * 0.5), lambda a, b: mx.exp(a - b) * 0.5),
+    "sigmoid": (mx.compile(lambda a, b: mx.sigmoid(a) + b), lambda a, b: mx.sigmoid(a) + b),
 }
 out = {"installed": installed is not None, "wrapper": str(installed), "bits": {}}
 for name, (compiled, ops) in chains.items():
     got, want = np.array(compiled(x, y)), np.array(ops(x, y))
     out["bits"][name] = got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    out.setdefault("nan_out", {})[name] = int(np.isnan(got).sum())
     np.save(sys.argv[1] + "/" + name + ".npy", got)
 print(json.dumps(out))
 """
@@ -61,11 +70,22 @@ def _probe(tmp: Path, flags_on: bool, path: str | None = None) -> tuple[dict, Pa
     return json.loads(done.stdout.strip().splitlines()[-1]), side
 
 
-def _fma_instructions(side: Path) -> int:
+def _disassembly(side: Path) -> str:
     libs = sorted((side / "tmp").rglob("*.so"))
     assert libs, "MLX built no kernel"
-    dump = subprocess.run(["objdump", "-d", *map(str, libs)], capture_output=True, text=True)
-    return dump.stdout.count("vfmadd")
+    return subprocess.run(["objdump", "-d", *map(str, libs)], capture_output=True, text=True).stdout
+
+
+def _fma_instructions(side: Path) -> int:
+    return _disassembly(side).count("vfmadd")
+
+
+def _exp_calls_and_packed_fmas(side: Path) -> tuple[int, int]:
+    """Calls into an out-of-line `simd::exp`, and FMAs on 8 floats at once (ymm registers)."""
+    text = _disassembly(side)
+    calls = len(re.findall(r"call .*simd3exp", text))
+    packed = len(re.findall(r"vfmadd\w*ps\s+\S*%ymm", text))
+    return calls, packed
 
 
 @pytest.mark.skipif(not cpu_jit.wanted(), reason="not MLX's CPU backend on an AVX2/FMA x86-64")
@@ -80,6 +100,10 @@ def test_kernels_built_with_fma_return_the_uncompiled_bits(tmp_path):
     assert on["installed"] and not off["installed"]
     assert _fma_instructions(on_dir) > 0  # the flags reached the compiler
     assert _fma_instructions(off_dir) == 0  # ... and only through the wrapper
+    calls, packed = _exp_calls_and_packed_fmas(on_dir)
+    assert calls == 0 and packed > 0  # the exponential inlined, the loops 8 floats wide
+    assert _exp_calls_and_packed_fmas(off_dir)[1] == 0  # baseline x86-64: no ymm FMAs
+    assert on["nan_out"]["sigmoid"] == 1  # the NaN input's, no other (the edges were there)
     for name in on["bits"]:
         assert on["bits"][name] and off["bits"][name], name  # compiled == uncompiled ops
         a = (on_dir / f"{name}.npy").read_bytes()
@@ -89,6 +113,7 @@ def test_kernels_built_with_fma_return_the_uncompiled_bits(tmp_path):
 def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # MLX's kernels: this test's own
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "g++").write_text("#!/bin/sh\n")
@@ -151,3 +176,31 @@ def test_no_home_directory_leaves_mlx_as_it_is(monkeypatch):
     path = os.environ["PATH"]
     assert cpu_jit.install() is None
     assert os.environ["PATH"] == path
+
+
+def test_kernels_built_before_the_wrapper_are_retired_once(tmp_path, monkeypatch):
+    """MLX reuses a kernel by name whatever built it: install deletes the libraries an earlier
+    build left (once per set of flags, stamped), so the next ones are built with its flags."""
+    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    for var in ("TMP", "TEMP", "TEMPDIR"):
+        monkeypatch.delenv(var, raising=False)
+    kernels = cpu_jit.mlx_kernel_dir()
+    assert kernels.parent.parent == tmp_path / "tmp" / "mlx"
+    kernels.mkdir(parents=True)
+    (kernels / "libold_contiguous.so").write_text("built without the flags")
+    (kernels / "old_contiguous.cpp").write_text("// its source, kept")
+    (kernels / ".specfleet-jit-0123456789ab").touch()  # an earlier set of flags' stamp
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "g++").write_text("#!/bin/sh\n")
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(fake), "/usr/bin"]))
+    here = cpu_jit.install()
+    assert here is not None
+    stamp = kernels / f".specfleet-jit-{cpu_jit.flags_key(str(fake / 'g++'))}"
+    assert sorted(p.name for p in kernels.iterdir()) == sorted([stamp.name, "old_contiguous.cpp"])
+    (kernels / "libnew_contiguous.so").write_text("built through the wrapper")
+    assert not cpu_jit.retire_stale_kernels(here, cpu_jit.flags_key(str(fake / "g++")))
+    assert (kernels / "libnew_contiguous.so").exists()  # stamped: kept
