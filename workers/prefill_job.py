@@ -20,6 +20,13 @@ from workers.rows import Row
 from workers.types import RoundStats
 
 
+# A window cut pays from this many skipped tokens (rows x positions before the window) on
+# the 2-core CPU VM: one 150-token prompt (86 skipped) prefilled 3-6 ms faster whole, in turns
+# over 4 runs of 8 prompts x 10; 16 prompts at once (~1,400 skipped) read level either way
+# (bench/results/s48/README.md).
+CUT_MIN_SKIPPED = 1024
+
+
 @dataclass
 class Prefill:
     rows: list[Row]
@@ -33,7 +40,9 @@ class Prefill:
     # the last layer's attention and MLP never run for them: ~8% of the default model's
     # prefill on the CPU). Where each forward's launches cost more than that compute (MLX
     # CUDA: a second forward and a second padded shape per join), it is not cut and the
-    # hidden before hidden_from is dropped.
+    # hidden before hidden_from is dropped. Nor where the cut would skip fewer than
+    # CUT_MIN_SKIPPED tokens: the second forward's own cost (its ~1,600 nodes' graph and
+    # dispatch) is then more than the skipped work.
     tail: int = 0
     align: int = 1
     hidden_from: int = 0
@@ -72,7 +81,8 @@ class Prefill:
         while self.done < longest:
             end = min(self.done + step, longest)
             want = bool(self.tail) and end > self.hidden_from
-            if want and self.done < self.hidden_from and self.cut_at_window:
+            skipped = (self.hidden_from - self.done) * len(seqs)  # tokens the cut would skip
+            if want and skipped > 0 and self.cut_at_window and skipped >= CUT_MIN_SKIPPED:
                 end, want = self.hidden_from, False  # no hidden before hidden_from
             h = prefill_chunk(model, self.cache, seqs, self.done, end - self.done, want, post_norm)
             if h is not None:

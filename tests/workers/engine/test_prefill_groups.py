@@ -54,15 +54,23 @@ def test_similar_prompts_still_prefill_as_one_batch(lengths):
     assert len(similar_lengths(rows(lengths))) == len(lengths)
 
 
-@pytest.mark.parametrize("cut, chunks", [
-    (True, [(0, 15, False), (15, 7, True)]),  # the CPU's: no last layer before the window
-    (False, [(0, 22, True)]),  # MLX CUDA's: one forward, the hidden before the window dropped
+@pytest.mark.parametrize("cut, min_skipped, chunks", [
+    (True, 30, [(0, 15, False), (15, 7, True)]),  # no last layer before the window
+    (True, 31, [(0, 22, True)]),  # 2 rows x 15 positions: too few to pay a second forward
+    (False, 0, [(0, 22, True)]),  # MLX CUDA's: one forward, the hidden before the window dropped
 ])  # fmt: skip
-def test_an_mtp_prefill_keeps_hidden_for_the_heads_window_only(cut, chunks):
+def test_an_mtp_prefill_keeps_hidden_for_the_heads_window_only(
+    cut, min_skipped, chunks, monkeypatch
+):
     """Cut at the head's window, positions before it are prefilled without the hidden (the last
-    layer's attention and MLP never run there); uncut, one forward computes it and drops what
-    precedes the window. Either way the window's hidden equals a whole-prompt forward's."""
+    layer's attention and MLP never run there) where that skips CUT_MIN_SKIPPED tokens or more;
+    uncut, one forward computes it and drops what precedes the window. Either way the window's
+    hidden equals a whole-prompt forward's."""
     import mlx.core as mx
+
+    import workers.prefill_job as pj
+
+    monkeypatch.setattr(pj, "CUT_MIN_SKIPPED", min_skipped)
 
     from workers.forward import prefill_chunk
     from workers.kv_cache import BatchCache
@@ -80,8 +88,6 @@ def test_an_mtp_prefill_keeps_hidden_for_the_heads_window_only(cut, chunks):
     def spy(model, cache, seqs, start, step, want, post_norm):  # type: ignore[no-untyped-def]
         calls.append((start, step, want))
         return prefill_chunk(model, cache, seqs, start, step, want, post_norm)
-
-    import workers.prefill_job as pj
 
     orig, pj.prefill_chunk = pj.prefill_chunk, spy
     try:
