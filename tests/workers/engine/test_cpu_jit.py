@@ -110,15 +110,21 @@ def test_kernels_built_with_fma_return_the_uncompiled_bits(tmp_path):
         assert a == (off_dir / f"{name}.npy").read_bytes(), name  # == the baseline build
 
 
-def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # MLX's kernels: this test's own
+def _fake_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory holding a do-nothing `g++`, first on PATH (then /usr/bin)."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "g++").write_text("#!/bin/sh\n")
     (fake / "g++").chmod(0o755)
     monkeypatch.setenv("PATH", os.pathsep.join([str(fake), "/usr/bin"]))
+    return fake
+
+
+def test_install_puts_one_wrapper_first_and_keeps_the_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_jit, "wanted", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # MLX's kernels: this test's own
+    fake = _fake_compiler(tmp_path, monkeypatch)
     first = cpu_jit.install()
     again = cpu_jit.install()
     assert first is not None and first == again
@@ -192,11 +198,7 @@ def test_kernels_built_before_the_wrapper_are_retired_once(tmp_path, monkeypatch
     (kernels / "libold_contiguous.so").write_text("built without the flags")
     (kernels / "old_contiguous.cpp").write_text("// its source, kept")
     (kernels / ".specfleet-jit-0123456789ab").touch()  # an earlier set of flags' stamp
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "g++").write_text("#!/bin/sh\n")
-    (fake / "g++").chmod(0o755)
-    monkeypatch.setenv("PATH", os.pathsep.join([str(fake), "/usr/bin"]))
+    fake = _fake_compiler(tmp_path, monkeypatch)
     here = cpu_jit.install()
     assert here is not None
     stamp = kernels / f".specfleet-jit-{cpu_jit.flags_key(str(fake / 'g++'))}"
