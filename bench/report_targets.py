@@ -91,6 +91,10 @@ def _fmt(xs: list[float]) -> str:
     return " / ".join(f"{x:.2f}" for x in xs) or "n/a"
 
 
+def _median(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f}" if xs else "n/a"
+
+
 def _status(xs: list[float], floor: float) -> str:
     xs = [x for x in xs if x == x]  # a missing run (nan) neither meets nor misses
     if not xs:
@@ -104,12 +108,13 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s47: the C head step and the split softmax against 69d28bf,
-    # in turns; 2 in the before/after, then 4)
+    # the newest tree's demo runs (s48: vectorised JIT kernels and the window cut's threshold
+    # against 93467e2, in turns; 2 in the before/after, then 4)
     demo_runs = [
         r for f in ("demo_ab", "demo_ab_4")
-        for r in (_load(f"s47/vs_69d28bf_final/{f}.json") or {}).get("runs", [])
+        for r in (_load(f"s48/vs_93467e2/{f}.json") or {}).get("runs", [])
     ]  # fmt: skip
+    bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
     spread = [_load(f"s34/p5_pairs_64p_spread_{c}_s34_h200.json") for c in ("d3", "adaptive")]
@@ -189,9 +194,7 @@ def targets_section() -> list[str]:
     eff1 = _served_gpu(g1_b1, "forced") + _served_gpu(g1, "forced")[1:]  # B = 1, 8
     runs = [r for r in demo_runs if r["tree"] == "after"]
     single, batch = [r["single_stream"] for r in runs], [r["batch_job"] for r in runs]
-    in_proc = _engine(cpu, ("1",), "specfleet_mtp", BG) + _engine(
-        cpu, ("1",), "specfleet_mtp_adaptive", BG
-    )
+    in_proc = [bg_b1["mtp_over_batch_generator"]] if bg_b1 else []
     slow = _engine(cpu, ("1", "4", "8"), "specfleet_slow_draft_adaptive", PLAIN)
     p4 = _load("s31/p4_pairs_cpu.json")  # bench/p4_pairs.py: turn-taking pairs, medians
     slow_pairs = [
@@ -213,9 +216,11 @@ def targets_section() -> list[str]:
          f"B ≤ 8: {_status(p2 + eff6_s41, 0.90)}; B = 32: {_status(p2_32, 0.75)}"),
         ("P3", "demo: single stream ≥ 1.8, batch job ≥ 1.2; in process MTP ÷ BatchGenerator "
          "at B=1 ≥ 1.8",
-         f"demo single stream {_fmt(single)}, batch job {_fmt(batch)}; in process (single "
-         f"pass) depth 3 / adaptive {_fmt(in_proc)}",
-         f"single: {_status(single + in_proc, 1.8)}; batch: {_status(batch, 1.2)}"),
+         f"demo single stream {_fmt(single)} (median {_median(single)}), batch job "
+         f"{_fmt(batch)} (median {_median(batch)}); in process, adaptive up to 5, in turns "
+         f"(8 prompts x 3) {_fmt(in_proc)}",
+         f"single: median {_median(single)}, each run {_status(single + in_proc, 1.8)}; "
+         f"batch: median {_median(batch)}, {_status(batch, 1.2)}"),
         ("P4", "a drafter that does not pay, adaptive ÷ plain ≥ 0.97",
          f"4-bit draft model on the CPU, B=1 / 4 / 8: medians of turn-taking pairs "
          f"{_fmt(slow_pairs)} (bench/p4_pairs.py); one pass each (bench/engine.py): "
