@@ -113,7 +113,8 @@ def mlx_kernel_dir() -> Path:
 
     tmp = next((os.environ[v] for v in ("TMPDIR", "TMP", "TEMP", "TEMPDIR") if os.environ.get(v)),
                "/tmp")  # fmt: skip
-    return Path(tmp) / "mlx" / mx.__version__ / "cpu"
+    version = str(mx.__version__)  # type: ignore[attr-defined]  # not in its stubs
+    return Path(tmp) / "mlx" / version / "cpu"
 
 
 def retire_stale_kernels(here: Path, key: str) -> bool:

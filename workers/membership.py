@@ -22,7 +22,7 @@ from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
-from workers.prefill_job import Prefill, pick_joining, prompt_hidden, start_prefill
+from workers.prefill_job import Prefill, fits_kv, pick_joining, prompt_hidden, start_prefill
 from workers.prefix_cache import PrefixCache
 from workers.row_factory import RowFactory
 from workers.rows import Row
@@ -194,9 +194,10 @@ class Membership:
         batch = len(self.rows) + len(joining)
         used = sum(self._reserve(r) for r in (*self.rows, *joining))
         for row in itertools.islice(self.waiting, max(0, self.config.max_batch_size - batch)):
-            used += self._reserve(row)
-            if used > self.kv_budget:
+            need = self._reserve(row)
+            if not fits_kv(used, need, self.kv_budget):
                 break
+            used += need
             batch += 1
         return batch
 

@@ -19,11 +19,10 @@ from workers.prefix_cache import PrefixCache
 from workers.rows import Row
 from workers.types import RoundStats
 
-
 # A window cut pays from this many skipped tokens (rows x positions before the window) on
-# the 2-core CPU VM: one 150-token prompt (86 skipped) prefilled 3-6 ms faster whole, in turns
-# over 4 runs of 8 prompts x 10; 16 prompts at once (~1,400 skipped) read level either way
-# (bench/results/s48/README.md).
+# the 2-core CPU VM, in turns (bench/results/s48/prefill_cut_cpu.py): one 150-token prompt
+# (86 skipped) went 4.4 ms faster to its first token whole, 7.3 ms a 64-token request; 16
+# prompts at once (~1,400 skipped) read level to the first token and 5% faster cut over 32.
 CUT_MIN_SKIPPED = 1024
 
 
@@ -127,6 +126,12 @@ def prompt_hidden(p: Prefill) -> mx.array | None:
     ])  # fmt: skip
 
 
+def fits_kv(used: int, need: int, kv_budget: int, batch_empty: bool = False) -> bool:
+    """Whether a row reserving `need` KV tokens joins rows reserving `used`: within the budget,
+    or alone (a batch always takes its first row; its cache grows past the budget)."""
+    return used + need <= kv_budget or batch_empty
+
+
 def pick_joining(
     waiting: deque[Row],
     rows: list[Row],
@@ -146,7 +151,7 @@ def pick_joining(
     used = sum(reserve(r) for r in rows)
     while waiting and len(rows) + len(joining) < max_batch_size:
         need = reserve(waiting[0])
-        if used + need > kv_budget and (rows or joining):
+        if not fits_kv(used, need, kv_budget, batch_empty=not (rows or joining)):
             break
         row = waiting.popleft()
         first = prefix_cache.first_block(row.history[:-1])

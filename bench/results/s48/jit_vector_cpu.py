@@ -102,9 +102,7 @@ def main() -> None:
                 runs[m].append(child(m, tmps[m]))
                 print(m, runs[m][-1], file=sys.stderr)
     keys = [k for k in runs["vector"][0] if k != "bits"]
-    median = {
-        m: {k: sorted(x[k] for x in runs[m])[len(runs[m]) // 2] for k in keys} for m in modes
-    }
+    median = {m: {k: sorted(x[k] for x in runs[m])[len(runs[m]) // 2] for k in keys} for m in modes}
     same_bits = len({x["bits"] for m in modes for x in runs[m]}) == 1
     print(json.dumps({
         "machine": "2-core AMD EPYC VM, MLX 0.32.4 CPU, fp32, BLIS 1 thread",
