@@ -104,9 +104,9 @@ class NativeStep:
     def __init__(self, dll: ctypes.CDLL, host: Any) -> None:
         self._fn = dll.specfleet_head_step
         norms = [host.norms[n] for n in NORMS]
-        # [out, in] float32 rows, contiguous (HostLinear keeps [in, out] copies for NumPy)
         self._keep = [np.ascontiguousarray(w, dtype=np.float32) for w, _ in norms]
-        weights = {n: np.ascontiguousarray(getattr(host, n).io.T) for n in
+        # HostLinear's [in, out] float32 copies, the ones NumPy's route reads: no second copy
+        weights = {n: np.ascontiguousarray(getattr(host, n).io, dtype=np.float32) for n in
                    ("fc", "q_proj", "kv_proj", "o_proj", "gate_up", "down")}  # fmt: skip
         embed = host.embed
         if not embed.flags.c_contiguous:
@@ -114,7 +114,7 @@ class NativeStep:
         self._keep += [*weights.values(), embed]
         self.head = _Head(
             H=embed.shape[1], V=embed.shape[0], NH=host.nh, NK=host.nk, D=host.d,
-            F=weights["down"].shape[1], post_norm=int(host.post_norm), scale=host.scale,
+            F=weights["down"].shape[0], post_norm=int(host.post_norm), scale=host.scale,
             eps=(ctypes.c_double * 7)(*[eps for _, eps in norms]),
             norm=(_f32p * 7)(*[_ptr(w) for w in self._keep[:7]]),
             embed=_ptr(embed), **{n: _ptr(w) for n, w in weights.items()},

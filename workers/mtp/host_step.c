@@ -1,7 +1,8 @@
 /* The MTP head's step on the host in C: HostHead.step (workers/mtp/host_head.py) without NumPy's
  * per-call overhead. workers/mtp/host_native.py builds it with the system's C compiler and calls
  * it through ctypes; shapes as there: B rows, W pairs a row, H hidden, NH / NK query / key-value
- * heads of D, F the MLP's width, S the cache's slots a row. Weights are nn.Linear's [out, in].
+ * heads of D, F the MLP's width, S the cache's slots a row. Weights are [in, out] (nn.Linear's
+ * transposed): HostLinear's own copies, which NumPy's route reads too, so the head is held once.
  *
  * Why: on the 2-core CPU VM a chained step cost 0.2-0.37 ms in NumPy, of which ~60 us were its
  * products (bandwidth: 3.6 MB of weights) and the rest ~40 NumPy calls of 1-5 us each
@@ -20,12 +21,12 @@ typedef struct {
   double eps[7];          /* e, h, ln1, ln2, q, k, out */
   const float *norm[7];   /* their weights: [H] but q and k [D] */
   const float *embed;     /* [V, H], the target's */
-  const float *fc;        /* [H, 2H] over concat(norm_e(embed), norm_h(hidden)) */
-  const float *q_proj;    /* [NH D, H] */
-  const float *kv_proj;   /* [2 NK D, H]: k then v */
-  const float *o_proj;    /* [H, NH D] */
-  const float *gate_up;   /* [2F, H]: gate then up */
-  const float *down;      /* [H, F] */
+  const float *fc;        /* [2H, H] over concat(norm_e(embed), norm_h(hidden)) */
+  const float *q_proj;    /* [H, NH D] */
+  const float *kv_proj;   /* [H, 2 NK D]: k then v */
+  const float *o_proj;    /* [NH D, H] */
+  const float *gate_up;   /* [H, 2F]: gate then up */
+  const float *down;      /* [F, H] */
 } Head;
 
 enum { E, HID, LN1, LN2, Q, K, OUT };
@@ -46,10 +47,52 @@ static float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-/* y [M, N] = x [M, K] times w [N, K] transposed: each weight row read once for the M rows. */
+/* y [rows, N] += x [rows, 4] times w [4, N] (4 consecutive weight rows): rows (1-4) a constant
+ * where inlined. The 4 weight rows stream contiguously (the prefetchers follow them; a block of
+ * columns walking down [K, N] at a stride of N floats lost them), each 8 floats loaded once for
+ * all the rows; a row's 8 outputs are read and written once for the 4 weight rows. */
+static inline __attribute__((always_inline)) void rows4(const float *x, int rows, int64_t K,
+                                                        const float *w, int64_t N, float *y) {
+  float s[4][4];
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < 4; j++) s[r][j] = x[r * K + j];
+  int64_t n = 0;
+  for (; n + 8 <= N; n += 8) {
+    v8 w0, w1, w2, w3;
+    memcpy(&w0, w + n, 32), memcpy(&w1, w + N + n, 32);
+    memcpy(&w2, w + 2 * N + n, 32), memcpy(&w3, w + 3 * N + n, 32);
+    for (int r = 0; r < rows; r++) {
+      v8 acc;
+      memcpy(&acc, y + r * N + n, 32);
+      acc += s[r][0] * w0 + s[r][1] * w1 + s[r][2] * w2 + s[r][3] * w3;
+      memcpy(y + r * N + n, &acc, 32);
+    }
+  }
+  for (; n < N; n++)
+    for (int r = 0; r < rows; r++)
+      y[r * N + n] += s[r][0] * w[n] + s[r][1] * w[N + n] + s[r][2] * w[2 * N + n] +
+                      s[r][3] * w[3 * N + n];
+}
+
+/* y [M, N] = x [M, K] times w [K, N] ([in, out]): up to 4 rows at a time, the weight read
+ * once for them, 4 of its rows at a time. */
 static void linear(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t m = 0; m < M; m++) y[m * N + n] = dot(x + m * K, w + n * K, K);
+  memset(y, 0, sizeof(float) * M * N);
+  for (int64_t m0 = 0; m0 < M; m0 += 4) {
+    const int rows = M - m0 < 4 ? (int)(M - m0) : 4;
+    const float *xm = x + m0 * K;
+    float *ym = y + m0 * N;
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) switch (rows) {
+      case 4: rows4(xm + k, 4, K, w + k * N, N, ym); break;
+      case 3: rows4(xm + k, 3, K, w + k * N, N, ym); break;
+      case 2: rows4(xm + k, 2, K, w + k * N, N, ym); break;
+      default: rows4(xm + k, 1, K, w + k * N, N, ym);
+    }
+    for (; k < K; k++)  /* weight rows past the last 4 */
+      for (int r = 0; r < rows; r++)
+        for (int64_t n = 0; n < N; n++) ym[r * N + n] += xm[r * K + k] * w[k * N + n];
+  }
 }
 
 static void rms_norm(const Head *h, int which, const float *x, int64_t n, float *y) {
