@@ -37,11 +37,12 @@ from workers.mtp.hidden import text_model
 from workers.mtp.host_native import NativeStep, library
 
 # The most rows a drafting step runs in C (host_native.py); larger batches and a prompt's pairs
-# (up to 64 a row, no query) keep NumPy, whose BLAS GEMMs read the weights for many rows
-# faster than host_step.c's dot products (2-core CPU VM, default model's head: B = 1 / 4 a
-# chained step 122 / 324 us against 283 / 538 in NumPy, B = 8 level, B = 16 1.4x slower; 64
-# prompt pairs 0.93 ms against 0.48; bench/results/s47/README.md).
-NATIVE_MAX_ROWS = 4
+# (up to 64 a row, no query) keep NumPy. Since host_step.c streams [in, out] weight rows for up
+# to 4 rows at once, one step (2-core CPU VM, default model's head, warm) ran B = 8 / 16 in
+# 447-490 / 904-1,005 us against NumPy's 952-1,089 / 1,337-1,992, and 64 prompt pairs level.
+# In turns the engines read level there (plain ÷ MTP 1.089 / 1.072 at B = 8 depth 3, 0.992 /
+# 0.983 at B = 16 depth 1: few drafting rounds at those sizes); bench/results/s48/native_io/.
+NATIVE_MAX_ROWS = 16
 
 
 def _np(a: mx.array) -> np.ndarray:

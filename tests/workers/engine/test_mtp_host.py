@@ -1,5 +1,6 @@
 """The MTP head run on the host (workers/mtp/host_head.py, drafters/mtp_host.py): its step in
-NumPy, or in C (host_step.c, built by host_native.py) for drafting steps of up to 4 rows.
+NumPy, or in C (host_step.c, built by host_native.py) for drafting steps of up to NATIVE_MAX_ROWS
+rows.
 
 Its step is checked against the MLX head's (same weights, fp32 tolerance) on both routes, its
 drafts against MLX's drafter round by round, and every engine output against mlx-lm's plain
