@@ -109,9 +109,9 @@ def targets_section() -> list[str]:
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
     # the newest tree's demo runs (s48: vectorised JIT kernels and the window cut's threshold
-    # against 93467e2, in turns; 2 in the before/after, then 4)
+    # against 93467e2, in turns; 2 in the before/after, then 4, then 2 on the final tree)
     demo_runs = [
-        r for f in ("demo_ab", "demo_ab_4")
+        r for f in ("demo_ab", "demo_ab_4", "demo_ab_final")
         for r in (_load(f"s48/vs_93467e2/{f}.json") or {}).get("runs", [])
     ]  # fmt: skip
     bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
