@@ -2,12 +2,12 @@
 
 The NumPy step (host_head.py) makes ~40 NumPy calls of 1-5 us each around ~60 us of products;
 one call into C does the same arithmetic (other summation orders: drafts only decide how many
-tokens a round emits). Built with `cc -O3` (plus the units workers/cpu_jit.py builds MLX's kernels for, where the
-CPU has them) into `$XDG_CACHE_HOME/specfleet` (default `~/.cache/specfleet`), keyed by the
-source's and flags' hash. That directory must be the user's own and writable by no one else,
-since what it holds is loaded as code (`cpu_jit.private_cache_dir`); otherwise the build goes
-to a private temporary directory, once a process. Where no compiler is found or the build fails, HostHead
-keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first
+tokens a round emits). Built with `cc -O3` (plus the units workers/cpu_jit.py builds MLX's
+kernels for, where the CPU has them) into `$XDG_CACHE_HOME/specfleet` (default
+`~/.cache/specfleet`), keyed by the source's and flags' hash. That directory must be the user's
+own and writable by no one else, since what it holds is loaded as code
+(`cpu_jit.private_cache_dir`); otherwise the build goes to a private temporary directory, once a
+process. Where no compiler is found or the build fails, HostHead keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first
 HostHead).
 """
 

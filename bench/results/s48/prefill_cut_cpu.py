@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import workers.prefill_job as pj
+from bench.round_split import force_prefill_cut, prefill_class
 from workers.config import DEFAULT_MODEL_DIR
 from workers.engine import Engine
 from workers.loading import make_drafter
@@ -36,11 +37,6 @@ def main() -> None:
                   max_batch_size=B, draft_depth=5 if B == 1 else 3, adaptive_depth=True,
                   warm_up=True)  # fmt: skip
     sp = SamplingParams(max_tokens=max_tokens)
-    real = pj.Prefill
-
-    def forced(cut: bool):  # type: ignore[no-untyped-def]
-        return lambda *a, **k: real(*a, **{**k, "cut_at_window": cut})
-
     pj.CUT_MIN_SKIPPED = 0  # "cut": every prefill that can be cut is
     seconds: dict[str, list[float]] = {"plain": [], "cut": [], "whole": []}
     identical = True
@@ -51,13 +47,13 @@ def main() -> None:
         for job in jobs:
             outs = {}
             for name in order:
-                pj.Prefill = real if name == "plain" else forced(name == "cut")  # type: ignore[misc]
+                force_prefill_cut(name == "cut")  # plain's rows have no window: never cut
                 engine = plain if name == "plain" else spec
                 t0 = time.perf_counter()
                 outs[name] = [c.tokens for c in engine.generate(job, sp)]
                 seconds[name].append(time.perf_counter() - t0)
             identical &= outs["cut"] == outs["plain"] == outs["whole"]
-    pj.Prefill = real
+    pj.Prefill = prefill_class()  # type: ignore[misc]
     mean = {k: round(1e3 * float(np.mean(v)), 2) for k, v in seconds.items()}
     print(json.dumps({
         "machine": "2-core AMD EPYC VM, MLX 0.32.4 CPU, fp32, BLIS 1 thread",
