@@ -9,15 +9,24 @@ behind (no warm-up prompts in the prefix cache, no warm-up rounds in the stats).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
 from workers import Engine, SamplingParams
+from workers.backend import Backend
 from workers.depth_policy import DepthPolicy
 from workers.drafters.mtp import MTPDrafter
 from workers.warm_up import batch_sizes
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +130,12 @@ def test_a_gain_within_the_noise_of_a_few_rounds_does_not_switch_and_a_measured_
     assert many.choose(8) == 1
 
 
-def test_an_engine_without_a_drafter_warms_up_only_where_shapes_cost_builds(setup, monkeypatch):
-    """No depth policy to inform: on the CPU the warm-up is a no-op; where each new shape is a
-    graph build (MLX CUDA) it runs plain rounds at each size, leaving no trace and outputs that
-    still equal mlx-lm's."""
+def test_an_engine_without_a_drafter_runs_plain_rounds_at_every_size(setup, monkeypatch):
+    """No depth policy to inform, but kernels or graphs to build: on the CPU (and Metal)
+    KERNEL_ROUNDS plain rounds at each bucket's size, so that MLX builds its compiled kernels;
+    where each new shape is a graph build (MLX CUDA) every draining size. Either way no trace
+    is left and outputs still equal mlx-lm's."""
     from workers import warm_up as wu
-    from workers.backend import Backend
 
     target, _ = setup
     steps: list[int] = []
@@ -137,15 +146,56 @@ def test_an_engine_without_a_drafter_warms_up_only_where_shapes_cost_builds(setu
         return real_step(self)
 
     monkeypatch.setattr(Engine, "step", counting)
-    Engine(target, max_batch_size=4, warm_up=True)
-    assert steps == []  # the CPU: nothing to build, nothing to measure
+    engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
+    for size in (1, 2, 4):  # each size's rows decoded together for KERNEL_ROUNDS rounds
+        assert steps.count(size) >= wu.KERNEL_ROUNDS, (size, steps)
+    monkeypatch.setattr(Engine, "step", real_step)
+    assert_no_trace_and_mlx_lm_outputs(engine, target, seed=5, label="plain warmed (CPU)")
 
+    steps.clear()
+    monkeypatch.setattr(Engine, "step", counting)
     cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
     monkeypatch.setattr(wu.Backend, "current", classmethod(lambda cls: cuda_like))
     engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
-    assert {1, 2, 4} <= set(steps)  # rounds ran at every bucket's size
+    assert {1, 2, 3, 4} <= set(steps)  # rounds ran at every draining size
     monkeypatch.setattr(Engine, "step", real_step)
     assert_no_trace_and_mlx_lm_outputs(engine, target, seed=6, label="plain warmed")
+
+
+KERNELS_PROBE = r"""
+import json, os, sys
+from pathlib import Path
+from tests.tiny import mixed_prompts, tiny_model
+from workers import Engine, SamplingParams
+from workers.cpu_jit import mlx_kernel_dir
+
+def kernels():
+    return sorted(p.name for p in mlx_kernel_dir().glob("*.so"))
+
+target = tiny_model("qwen3", seed=3, layers=2)
+engine = Engine(target, max_batch_size=4, warm_up=True)
+built = kernels()
+engine.generate(mixed_prompts(6, seed=8), SamplingParams(max_tokens=12))
+print(json.dumps({"warm_up": built, "after_traffic": kernels()}))
+"""
+
+
+@pytest.mark.skipif(not Backend.current().computes_in_launch, reason="MLX's CPU backend only")
+def test_a_plain_engine_builds_its_kernels_before_traffic(tmp_path):
+    """MLX builds each compiled CPU kernel (a g++ build, ~1 s) the first time it meets it and
+    keeps it in $TMPDIR/mlx. In a child with an empty kernel cache, a plain engine's warm-up
+    builds every kernel that traffic then uses: requests after it build none (before the
+    warm-up ran plain rounds, the demo's no-drafter job paid those builds inside its timing)."""
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", KERNELS_PROBE], env=env, capture_output=True, text=True,
+        timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["warm_up"], "the warm-up built no kernel"
+    assert seen["after_traffic"] == seen["warm_up"], "traffic built kernels the warm-up had not"
 
 
 @pytest.mark.parametrize("switch_s, expected", [(0.020, 0), (0.0005, 3)])
@@ -176,7 +226,6 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     and a warmed policy drafted where that lost: workers/warm_up.py); outputs still equal
     mlx-lm's."""
     from workers import warm_up as wu
-    from workers.backend import Backend
 
     target, head = setup
     cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
