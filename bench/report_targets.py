@@ -108,12 +108,13 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s48: vectorised JIT kernels and the window cut's threshold
-    # against 93467e2, in turns; 2 in the before/after, then 4, then 2 on the final tree)
-    demo_runs = [
-        r for f in ("demo_ab", "demo_ab_4", "demo_ab_final")
-        for r in (_load(f"s48/vs_93467e2/{f}.json") or {}).get("runs", [])
-    ]  # fmt: skip
+    # the newest tree's demo runs (s49: a plain engine builds MLX's CPU kernels in its warm-up,
+    # so a cold kernel cache no longer slows the no-drafter run alone; 3 runs each with its own
+    # cold cache in turns with 00c850e, then 5 in a row). s48's batch-job medians counted the
+    # cold runs' inflated ratios (1.36-1.55 there).
+    demo_runs = (_load("s49/demo_ab_cold.json") or {}).get("runs", []) + [
+        {**r, "tree": "after"} for r in (_load("s49/demo_runs.json") or {}).get("runs", [])
+    ]
     bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
     # The same model as traffic ends apart (s34: 64 prompts, 48-144 tokens each; B = 8, 16)
