@@ -135,3 +135,13 @@ def default_head() -> Any:
 
 
 _HEAD: Any = None
+
+
+def demo_worker_engine(drafter: str | None) -> Engine:
+    """An engine as a worker of the demo's batch job builds it (workers/service/engine_spec.py):
+    the serving defaults (adaptive depth, warm-up, prefix cache), 16 rows, drafts up to the
+    demo's batch depth of 3, the embedded default model."""
+    from workers.service.engine_spec import EngineSpec, serving_config
+
+    spec = EngineSpec(drafter=drafter, config=serving_config(draft_depth=3, max_batch_size=16))
+    return spec.build()  # type: ignore[no-any-return]

@@ -10,7 +10,8 @@ import gc
 import sys
 import time
 
-from workers import Engine, SamplingParams
+from bench.turns import demo_worker_engine
+from workers import SamplingParams
 from workers.stream_speed import heldout_prompts
 
 prompts = heldout_prompts(32)
@@ -19,18 +20,8 @@ sp = SamplingParams(max_tokens=64)
 
 def make(n):
     if n == "plain":
-        return Engine.load(
-            None, drafter=None, max_batch_size=16, warm_up=True, prefix_cache_tokens=-1
-        )
-    return Engine.load(
-        None,
-        drafter="mtp",
-        max_batch_size=16,
-        draft_depth=3,
-        adaptive_depth=True,
-        warm_up=True,
-        prefix_cache_tokens=-1,
-    )
+        return demo_worker_engine(None)
+    return demo_worker_engine("mtp")
 
 
 agg = {n: collections.defaultdict(list) for n in ("plain", "mtp")}

@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 
-from workers import Engine, SamplingParams
+from bench.turns import demo_worker_engine
+from workers import SamplingParams
 from workers.stream_speed import heldout_prompts
 
 np.set_printoptions(precision=4, suppress=True)
@@ -24,15 +25,7 @@ def view(p, B, tag):
     )
 
 
-e = Engine.load(
-    None,
-    drafter="mtp",
-    max_batch_size=16,
-    draft_depth=3,
-    adaptive_depth=True,
-    warm_up=True,
-    prefix_cache_tokens=-1,
-)
+e = demo_worker_engine("mtp")
 p = e.depth_policy
 for B in (1, 2, 4, 8, 16):
     view(p, B, "after warm-up")

@@ -9,6 +9,7 @@ import sys
 import time
 
 import workers.prefill_job as pj
+from bench.turns import demo_worker_engine
 from workers import Engine, SamplingParams
 from workers.stream_speed import heldout_prompts
 
@@ -31,9 +32,7 @@ pj.Prefill.advance = timed
 
 def mk(n):
     if n == "plain":
-        return Engine.load(
-            None, drafter=None, max_batch_size=16, warm_up=True, prefix_cache_tokens=-1
-        )
+        return demo_worker_engine(None)
     if n == "mtp_fixed3":
         return Engine.load(
             None,
@@ -43,15 +42,7 @@ def mk(n):
             warm_up=True,
             prefix_cache_tokens=-1,
         )
-    e = Engine.load(
-        None,
-        drafter="mtp",
-        max_batch_size=16,
-        draft_depth=3,
-        adaptive_depth=True,
-        warm_up=True,
-        prefix_cache_tokens=-1,
-    )
+    e = demo_worker_engine("mtp")
     if n == "mtp3_nowait":
         e._wait_before_launch = False
     return e

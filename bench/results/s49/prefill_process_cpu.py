@@ -10,6 +10,7 @@ import time
 
 import mlx.core as mx
 
+from bench.turns import demo_worker_engine
 from workers import Engine, SamplingParams
 from workers.stream_speed import heldout_prompts
 
@@ -17,15 +18,7 @@ prompts = heldout_prompts(32)
 sp = SamplingParams(max_tokens=1)
 n = sys.argv[1]
 if n == "plain_polluted":
-    other = Engine.load(
-        None,
-        drafter="mtp",
-        max_batch_size=16,
-        draft_depth=3,
-        adaptive_depth=True,
-        warm_up=True,
-        prefix_cache_tokens=-1,
-    )
+    other = demo_worker_engine("mtp")
     n = "plain"
 e = Engine.load(
     None,

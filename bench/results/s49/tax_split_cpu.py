@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 
+from bench.turns import demo_worker_engine
 from workers import Engine, SamplingParams
 from workers.stream_speed import heldout_prompts
 
@@ -47,13 +48,8 @@ def explore_settled(policy: object) -> None:
 
 def make(name: str) -> Engine:
     if name == "plain":
-        return Engine.load(
-            None, drafter=None, max_batch_size=16, warm_up=True, prefix_cache_tokens=-1
-        )
-    engine = Engine.load(
-        None, drafter="mtp", max_batch_size=16, draft_depth=3, adaptive_depth=True,
-        warm_up=True, prefix_cache_tokens=-1,
-    )  # fmt: skip
+        return demo_worker_engine(None)
+    engine = demo_worker_engine("mtp")
     policy = engine.depth_policy
     assert policy is not None
     if name == "held0":
