@@ -7,8 +7,8 @@ slots (the demo's per-worker batch), serving defaults (prefix cache on, adaptive
 configuration timed end to end (prefill included) `--repeats` times, alternating, after one
 untimed warm-up job each. Each timed job starts with an empty prefix cache: until stop 49 the
 jobs after the first hit the prompts cached by the jobs before, skipping most of their
-prefill, which drafting cannot speed (mtp_depth1 read 1.13x plain so; on a fresh worker's
-first job, 0.96x). On two CPU cores a 16-row verify of 2 tokens per row costs about 1.6
+prefill, which drafting cannot speed (mtp_depth1 read 1.13x plain so; with the cache emptied
+before each job, 0.96x: bench/results/s49/). On two CPU cores a 16-row verify of 2 tokens per row costs about 1.6
 plain rounds, so drafting cannot pay there: the adaptive policy must settle on depth 0 and
 cost about what plain decoding costs. Prints and writes JSON (tokens/s, ratio to plain, rounds
 and drafted tokens per job).

@@ -25,7 +25,7 @@ from pathlib import Path
 
 VARIANTS = {
     "plain": {"drafter": None},
-    "plain_warm_up": {"drafter": None, "warm_up": True},  # a no-op but on MLX CUDA
+    "plain_warm_up": {"drafter": None, "warm_up": True},  # CPU, Metal: builds kernels only
     "mtp_cold": {"drafter": "mtp", "adaptive_depth": True, "draft_depth": 3},
     "mtp_warm_up": {"drafter": "mtp", "adaptive_depth": True, "draft_depth": 3, "warm_up": True},
     "mtp_fixed": {"drafter": "mtp", "draft_depth": 3},  # --variants only (GPU: --fixed-depth)

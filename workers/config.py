@@ -48,8 +48,9 @@ class EngineConfig:
     prefix_block_tokens: int = 32  # cache granularity: hits are whole blocks
     # Before serving, run rounds at each power-of-two batch size on synthetic prompts
     # (workers/warm_up.py): with a depth policy, every depth timed for it (live traffic then
-    # neither probes depths nor prepares drafter state where drafting cannot pay); on MLX
-    # CUDA, without one, plain rounds that build the graphs the first requests would.
+    # neither probes depths nor prepares drafter state where drafting cannot pay); without
+    # one, rounds that build what the first requests would (MLX CUDA: graphs; the CPU and
+    # Metal: compiled kernels).
     warm_up: bool = False
     model_id: str = "in-memory"
 

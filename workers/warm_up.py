@@ -8,14 +8,15 @@ the prefill on the 2-core CPU). Measured there, 2 workers of 32 held-out prompts
 where drafting never pays: MTP took 6-8% longer than no drafter, and ~0-2% once both were
 known in advance.
 
-A plain engine (no drafter, or one that can never pay) has nothing to measure, but MLX builds
-each compiled kernel (fused elementwise ops: SwiGLU, the softmax's exponentials) the first time
-a shape class meets it: a g++ build per kernel on the CPU (workers/cpu_jit.py), a shader
-compile on Metal. On a fresh machine the demo's no-drafter batch job paid two such builds
-inside its timed run (7.0 s against 4.9 s warm, one worker of 32 held-out prompts on the 2-core
-CPU), and read its MTP run 1.45x faster where warm runs read ~1.0x. So it too runs
-KERNEL_ROUNDS rounds at each bucket's batch size first (~1 s on the CPU once the kernels are
-built).
+An engine without a policy (no drafter, one that can never pay, or a fixed depth) has nothing
+to measure, but MLX builds each compiled kernel (fused elementwise ops: SwiGLU, the softmax's
+exponentials) the first time a shape class meets it: a g++ build per kernel on the CPU
+(workers/cpu_jit.py), a shader compile on Metal. On a fresh machine the demo's no-drafter batch
+job paid two such builds inside its timed run (one worker's 32 held-out prompts on the 2-core
+CPU: 7.73 s against 5.79 s warm), and its batch line read the MTP run 1.37x as fast where runs
+on a warm cache read 0.73-1.02x (bench/results/s49/). So it too runs KERNEL_ROUNDS rounds at
+each bucket's batch size first (plain ones, or at its fixed depth): +0.95 s at startup on the
+CPU once the kernels are built (default model, 16 rows).
 
 So a serving worker measures first, on synthetic prompts: for each power-of-two batch size up
 to max_batch_size, that many rows prefill and run a few rounds at every depth the policy may
@@ -49,7 +50,9 @@ if TYPE_CHECKING:
 
 PROMPT_TOKENS = 64  # the held-out prompts' median is ~110; attention is a small share here
 ROUNDS = 5  # per depth and size; a shape's first round pays one-offs and the policy drops it
-KERNEL_ROUNDS = 2  # a plain engine's rounds a size: a prefill, then a decode round's kernels
+# Rounds a size for an engine without a policy, after the step that prefills its rows (which
+# decodes a round too): those are launched pipelined, behind the round before them.
+KERNEL_ROUNDS = 2
 
 
 def batch_sizes(max_batch_size: int) -> list[int]:
@@ -61,9 +64,9 @@ def batch_sizes(max_batch_size: int) -> list[int]:
 def warm_up(engine: Engine, seed: int = 0) -> list[int]:
     """Run a few rounds at every bucket's batch size; returns the sizes run. With a depth
     policy (on the CPU, Metal) every depth it may choose, timed for it. Without one (no
-    drafter, or one that can never pay): on MLX CUDA every shape's graph (`build_shapes`),
-    elsewhere KERNEL_ROUNDS plain rounds a size, so that MLX builds its compiled kernels
-    (module docstring) before the first requests would."""
+    drafter, one that can never pay, or a fixed depth): on MLX CUDA every shape's graph
+    (`build_shapes`), elsewhere KERNEL_ROUNDS rounds a size, so that MLX builds its compiled
+    kernels (module docstring) before the first requests would."""
     if Backend.current().builds_per_shape:
         return build_shapes(engine, seed)
     policy = engine.depth_policy

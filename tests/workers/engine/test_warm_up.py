@@ -130,14 +130,14 @@ def test_a_gain_within_the_noise_of_a_few_rounds_does_not_switch_and_a_measured_
     assert many.choose(8) == 1
 
 
-def test_an_engine_without_a_drafter_runs_plain_rounds_at_every_size(setup, monkeypatch):
+def test_an_engine_without_a_policy_runs_rounds_at_every_size(setup, monkeypatch):
     """No depth policy to inform, but kernels or graphs to build: on the CPU (and Metal)
-    KERNEL_ROUNDS plain rounds at each bucket's size, so that MLX builds its compiled kernels;
-    where each new shape is a graph build (MLX CUDA) every draining size. Either way no trace
-    is left and outputs still equal mlx-lm's."""
+    KERNEL_ROUNDS rounds at each bucket's size, so that MLX builds its compiled kernels (plain
+    ones, or at a fixed depth); where each new shape is a graph build (MLX CUDA) every draining
+    size. Either way no trace is left and outputs still equal mlx-lm's."""
     from workers import warm_up as wu
 
-    target, _ = setup
+    target, head = setup
     steps: list[int] = []
     real_step = Engine.step
 
@@ -145,12 +145,23 @@ def test_an_engine_without_a_drafter_runs_plain_rounds_at_every_size(setup, monk
         steps.append(len(self.rows))
         return real_step(self)
 
+    def steps_at_each_size(rounds: int) -> list[int]:
+        steps.clear()
+        monkeypatch.setattr(wu, "KERNEL_ROUNDS", rounds)
+        Engine(target, max_batch_size=4, warm_up=True)
+        return [steps.count(size) for size in (1, 2, 4)]
+
     monkeypatch.setattr(Engine, "step", counting)
-    engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
-    for size in (1, 2, 4):  # each size's rows decoded together for KERNEL_ROUNDS rounds
-        assert steps.count(size) >= wu.KERNEL_ROUNDS, (size, steps)
+    # The rounds a size runs beyond its prefill's and its abort's steps: exactly KERNEL_ROUNDS.
+    without, with_rounds = steps_at_each_size(0), steps_at_each_size(wu.KERNEL_ROUNDS)
+    assert [w - o for w, o in zip(with_rounds, without)] == [wu.KERNEL_ROUNDS] * 3, steps
     monkeypatch.setattr(Engine, "step", real_step)
+    engine = Engine(target, max_batch_size=4, warm_up=True, prefix_cache_tokens=256)
     assert_no_trace_and_mlx_lm_outputs(engine, target, seed=5, label="plain warmed (CPU)")
+    fixed = Engine(target, drafter=MTPDrafter(target, head), max_batch_size=4, draft_depth=3,
+                   warm_up=True, prefix_cache_tokens=256)  # fmt: skip
+    assert fixed.depth_policy is None
+    assert_no_trace_and_mlx_lm_outputs(fixed, target, seed=9, label="fixed depth warmed (CPU)")
 
     steps.clear()
     monkeypatch.setattr(Engine, "step", counting)
@@ -187,7 +198,8 @@ def test_a_plain_engine_builds_its_kernels_before_traffic(tmp_path):
     builds every kernel that traffic then uses: requests after it build none (before the
     warm-up ran plain rounds, the demo's no-drafter job paid those builds inside its timing)."""
     (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, "-c", KERNELS_PROBE], env=env, capture_output=True, text=True,
         timeout=300, cwd=ROOT,
