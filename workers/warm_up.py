@@ -72,15 +72,14 @@ def warm_up(engine: Engine, seed: int = 0) -> list[int]:
     policy = engine.depth_policy
     teach = policy if policy is not None and not policy.hopeless else None
     rng = np.random.default_rng(seed)
-    depths = teach.depths() if teach is not None else [0]
     if teach is None:
         order = [0] * KERNEL_ROUNDS
     elif engine._device_drafter:  # MTP head, or none
         # Depths interleaved, so that the machine's load drifting hits each alike.
-        order = [0] + [k for _ in range(ROUNDS) for k in depths]
+        order = [0] + [k for _ in range(ROUNDS) for k in teach.depths()]
     else:  # a host-side drafter's rounds cannot pipeline behind a plain one: in blocks, or
         # each drafting round would absorb the plain round before it (and plain be unmeasured)
-        order = [k for k in depths for _ in range(ROUNDS + 1)]
+        order = [k for k in teach.depths() for _ in range(ROUNDS + 1)]
     deepest = engine.config.draft_depth if engine.drafter is not None else 0  # (no policy: all)
     params = SamplingParams(max_tokens=(len(order) + 2) * (deepest + 1) + 8, ignore_eos=True)
     prompt_len = min(PROMPT_TOKENS, engine.max_context - params.max_tokens - 1)

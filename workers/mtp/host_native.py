@@ -7,8 +7,8 @@ kernels for, where the CPU has them) into `$XDG_CACHE_HOME/specfleet` (default
 `~/.cache/specfleet`), keyed by the source's and flags' hash. That directory must be the user's
 own and writable by no one else, since what it holds is loaded as code
 (`cpu_jit.private_cache_dir`); otherwise the build goes to a private temporary directory, once a
-process. Where no compiler is found or the build fails, HostHead keeps its NumPy step. SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first
-HostHead).
+process. Where no compiler is found or the build fails, HostHead keeps its NumPy step.
+SPECFLEET_NATIVE_HEAD=0 keeps it too (read once a process, at the first HostHead).
 """
 
 from __future__ import annotations
