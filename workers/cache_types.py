@@ -18,6 +18,10 @@ class CacheOwner(Protocol):
     """The per-row bookkeeping one `BatchCache` shares with all of its layers."""
 
     lengths: np.ndarray  # [B] host upper bounds of the committed tokens per row
+
+    @property
+    def num_rows(self) -> int: ...  # B: a layer's arrays may hold more (kv_cache.py's spare rows)
+
     lengths_mx: mx.array  # [B] int32, exact committed tokens per row (device)
     window_valid: np.ndarray  # [B] real tokens in the current window (the rest is padding)
     window_valid_mx: mx.array  # [B] int32, the same on the device
@@ -45,8 +49,9 @@ class LayerCache(Protocol):
 
     def take_rows(self, rows: mx.array, max_len: int) -> None: ...
 
-    # `other` is a layer of the same kind (each implementation names its own type)
-    def append_rows(self, other: Any, num_self: int, num_other: int) -> None: ...
+    # `other` is a layer of the same kind (each implementation names its own type); `capacity`:
+    # rows the arrays may keep for later joiners (0: exactly the batch's)
+    def append_rows(self, other: Any, num_self: int, num_other: int, capacity: int = 0) -> None: ...
 
     def arrays(self) -> list[mx.array]: ...
 

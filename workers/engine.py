@@ -90,7 +90,11 @@ class Engine(Membership):
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         bits, group = self.config.kv_bits, self.config.kv_group_size
         self.kv_quant = KVQuant.for_device(bits, group) if bits is not None else None
-        self.cache = BatchCache.for_model(model, quant=self.kv_quant)
+        # Rows join and leave the running cache in place (workers/kv_cache.py), except where
+        # rounds launch from a launcher thread (MLX CUDA): a leave evaluates the rows it moves,
+        # which there must queue behind the launch (not measured there).
+        capacity = self.config.max_batch_size if self._launcher is None else 0
+        self.cache = BatchCache.for_model(model, quant=self.kv_quant, row_capacity=capacity)
         # Admission counts bytes: kv_budget is how many tokens of this cache fit in the memory
         # of kv_budget_tokens unquantized ones (workers/kv_quant.py).
         self.kv_bytes_per_token, self.kv_budget = token_budget(

@@ -105,7 +105,9 @@ class RaggedStateCache:
         if self.conv is not None and self.state is not None:
             self.conv, self.state = self.conv[rows], self.state[rows]
 
-    def append_rows(self, other: RaggedStateCache, num_self: int, num_other: int) -> None:
+    def append_rows(
+        self, other: RaggedStateCache, num_self: int, num_other: int, capacity: int = 0
+    ) -> None:  # exactly the batch's rows: a recurrent state is one small array a row
         self.conv = concat_rows(self.conv, other.conv, num_self, num_other)
         self.state = concat_rows(self.state, other.state, num_self, num_other)
 

@@ -19,6 +19,17 @@ shared offset).
 One `BatchCache` owns the per-row lengths for all layers of one model, so the layers can never
 disagree about where a row ends.
 
+Membership (`row_capacity`, the engine's running cache). Rows leave and join in place, at a cost
+of the rows that move, not of the batch: the arrays keep spare rows after the batch's B
+(attention reads the first B; a window's write pads the rest), rows joining are written into
+them, and rows leaving are replaced by the batch's last rows (`fill_holes`: the engine reorders
+its rows to match). The arrays grow by doubling, up to `row_capacity`, and a leave that keeps
+fewer than half their rows gathers them instead, so spare rows at most double the memory the
+batch's rows take. Concatenating and gathering every row copied the whole cache at each join
+and leave: 14-21 ms a join and ~13 ms a leave at 16 rows of the default model on the 2-core
+CPU, where drafting makes rows finish in different rounds (12 joins and 18 leaves against
+plain's 7 and 7 in one worker's share of the demo's job; bench/results/s50/).
+
 Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
 once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
 speculative output equal to plain output); attention reads the slots packed (Metal) or decoded to
@@ -84,20 +95,29 @@ class RaggedKVCache:
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
         W = keys.shape[2]
         needed = self.owner.window_end(W)
-        new_k, new_v = self.encode(keys), self.encode(values)
-        self.key_parts = reserve_slots(self.key_parts, new_k, needed)
-        self.value_parts = reserve_slots(self.value_parts, new_v, needed)
-        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
-        self.key_parts = [_write(old, new, slots) for old, new in zip(self.key_parts, new_k)]
-        self.value_parts = [_write(old, new, slots) for old, new in zip(self.value_parts, new_v)]
+        self.key_parts = self._store(self.key_parts, self.encode(keys), needed, W)
+        self.value_parts = self._store(self.value_parts, self.encode(values), needed, W)
         return self.fetch(self.key_parts, needed), self.fetch(self.value_parts, needed)
+
+    def _store(
+        self, parts: list[mx.array], new: list[mx.array], needed: int, W: int
+    ) -> list[mx.array]:
+        """Write the window (`new`, parts [B, H, W, *]) at each row's own slots; rows past the
+        batch (spare ones, `row_capacity`) get zeros at slots [0, W), which nobody reads."""
+        parts = reserve_slots(parts, new, needed)
+        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
+        R, B = parts[0].shape[0], new[0].shape[0]
+        if R > B:
+            slots = self.owner.shared(("spare_slots", W, R), lambda: _spare_slots(slots, R))
+            new = [mx.pad(n, [(0, R - B), (0, 0), (0, 0), (0, 0)]) for n in new]
+        return [_write(old, n, slots) for old, n in zip(parts, new)]
 
     # -- what a slot stores (QuantizedRaggedKVCache overrides these two) ----------------------
     def encode(self, x: mx.array) -> list[mx.array]:
         return [x]
 
     def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        return parts[0][..., :needed, :]
+        return parts[0][: self.owner.num_rows, :, :needed, :]
 
     # -- storage ----------------------------------------------------------------------------
     def arrays(self) -> list[mx.array]:
@@ -111,9 +131,21 @@ class RaggedKVCache:
         self.key_parts = [p[rows, :, :cap] for p in self.key_parts]
         self.value_parts = [p[rows, :, :cap] for p in self.value_parts]
 
-    def append_rows(self, other: RaggedKVCache, num_self: int, num_other: int) -> None:
-        self.key_parts = _append(self.key_parts, other.key_parts, num_self, num_other)
-        self.value_parts = _append(self.value_parts, other.value_parts, num_self, num_other)
+    def place_rows(self, dest: list[int], moved: list[mx.array]) -> None:
+        """Rows `dest` take `moved` (this layer's parts' rows that replace them,
+        keys' then values', evaluated: a lazy gather of the same array would keep MLX from
+        updating its buffer in place); the array keeps its rows (`BatchCache.keep_rows`)."""
+        n = len(self.key_parts)
+        self.key_parts = [_put_rows(p, dest, m) for p, m in zip(self.key_parts, moved[:n])]
+        self.value_parts = [_put_rows(p, dest, m) for p, m in zip(self.value_parts, moved[n:])]
+
+    def append_rows(
+        self, other: RaggedKVCache, num_self: int, num_other: int, capacity: int = 0
+    ) -> None:
+        self.key_parts = _append(self.key_parts, other.key_parts, num_self, num_other, capacity)
+        self.value_parts = _append(
+            self.value_parts, other.value_parts, num_self, num_other, capacity
+        )
 
 
 class QuantizedRaggedKVCache(RaggedKVCache):
@@ -128,7 +160,7 @@ class QuantizedRaggedKVCache(RaggedKVCache):
         return self.quant.encode(x)
 
     def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        w, scales, biases = (p[..., :needed, :] for p in parts)
+        w, scales, biases = (p[: self.owner.num_rows, :, :needed, :] for p in parts)
         return self.quant.decode(w, scales, biases)
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
@@ -140,9 +172,7 @@ class QuantizedRaggedKVCache(RaggedKVCache):
         H, W = keys.shape[1], keys.shape[2]
         needed = self.owner.window_end(W)
         new = self.encode(mx.concatenate([keys, values], axis=1))
-        self.key_parts = reserve_slots(self.key_parts, new, needed)
-        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
-        self.key_parts = [_write(old, n, slots) for old, n in zip(self.key_parts, new)]
+        self.key_parts = self._store(self.key_parts, new, needed, W)
         return self.split(self.key_parts, needed, H)
 
     def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
@@ -160,12 +190,13 @@ class PackedReadKVCache(QuantizedRaggedKVCache):
         self.bits, self.group_size = quant.bits, quant.group_size
 
     def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        return tuple(p[..., :needed, :] for p in parts)
+        return tuple(p[: self.owner.num_rows, :, :needed, :] for p in parts)
 
     def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
+        B = self.owner.num_rows
         return (
-            tuple(p[:, :H, :needed] for p in parts),
-            tuple(p[:, H:, :needed] for p in parts),
+            tuple(p[:B, :H, :needed] for p in parts),
+            tuple(p[:B, H:, :needed] for p in parts),
         )
 
 
@@ -178,7 +209,7 @@ def reserve_slots(parts: list[mx.array], new: list[mx.array], needed: int) -> li
     new_cap = ((needed + STEP - 1) // STEP) * STEP
     grown = []
     for i, n in enumerate(new):
-        B, H, _, D = n.shape
+        B, H, _, D = parts[i].shape if parts else n.shape  # the stored rows (spare ones too)
         grow = mx.zeros((B, H, new_cap - cap, D), n.dtype)
         grown.append(mx.concatenate([parts[i], grow], axis=2) if parts else grow)
     return grown
@@ -189,9 +220,59 @@ def _write(stored: mx.array, new: mx.array, slots: mx.array) -> mx.array:
     return mx.put_along_axis(stored, mx.broadcast_to(slots, new.shape), new, axis=2)
 
 
+def spare_rows(needed: int, held: int, capacity: int) -> int:
+    """Rows an array that holds `held` grows to for `needed`: twice as many, up to `capacity`
+    (the batch's most), so that growing copies the cache once per doubling; and the rows it
+    keeps bound its memory to twice the batch's (`BatchCache._moves` gathers below half)."""
+    return max(needed, min(capacity, 2 * held))
+
+
+def _spare_slots(slots: mx.array, R: int) -> mx.array:
+    """[R, 1, W, 1]: the batch's window slots [B, 1, W, 1], then slots [0, W) for spare rows."""
+    B, _, W, _ = slots.shape
+    spare = mx.broadcast_to(mx.arange(W, dtype=slots.dtype)[None, None, :, None], (R - B, 1, W, 1))
+    return mx.concatenate([slots, spare])
+
+
+def _put_rows(stored: mx.array, dest: list[int], rows: mx.array) -> mx.array:
+    """`stored` with rows `dest` replaced by `rows` ([n, H, S', *], S' <= S): one slice update
+    a row, in place where MLX may donate `stored` (a scatter along the row axis copied the
+    whole array: 17 against 5 ms for two rows of 16, bench/results/s50/row_ops_cpu.txt)."""
+    for k, i in enumerate(dest):
+        start = mx.array([i, 0, 0, 0])
+        stored = mx.slice_update(stored, rows[k : k + 1], start, axes=(0, 1, 2, 3))
+    return stored
+
+
 def _append(
-    mine: list[mx.array], theirs: list[mx.array], num_self: int, num_other: int
+    mine: list[mx.array],
+    theirs: list[mx.array],
+    num_self: int,
+    num_other: int,
+    capacity: int = 0,
 ) -> list[mx.array]:
+    """Their rows after our first `num_self`. With `capacity`, into spare rows in place when
+    they fit (else the array grows, `spare_rows`); without, concatenated."""
+    if capacity and mine and theirs:
+        rows_needed = num_self + num_other
+        cap = max(mine[0].shape[2], theirs[0].shape[2])
+        placed = []
+        for m, t in zip(mine, theirs):
+            if m.shape[2] < cap:  # their prompts reach past our slots: a copy, as before
+                m = _pad_slots(m, cap)
+            if m.shape[0] < rows_needed:  # a copy, once per doubling
+                grow = spare_rows(rows_needed, m.shape[0], capacity) - m.shape[0]
+                m = mx.pad(m, [(0, grow), (0, 0), (0, 0), (0, 0)])
+            start = mx.array([num_self, 0, 0, 0])
+            placed.append(mx.slice_update(m, t[:num_other], start, axes=(0, 1, 2, 3)))
+        return placed
+    if capacity and theirs and not mine:
+        rows = num_self + num_other
+        return [
+            mx.pad(t, [(num_self, rows - num_self - num_other), (0, 0), (0, 0), (0, 0)])
+            for t in theirs
+        ]
+    mine = [m[:num_self] if m.shape[0] > num_self else m for m in mine]  # spare rows dropped
     if mine and theirs:
         cap = max(mine[0].shape[2], theirs[0].shape[2])
         mine, theirs = [_pad_slots(x, cap) for x in mine], [_pad_slots(x, cap) for x in theirs]
@@ -207,12 +288,36 @@ def _pad_slots(x: mx.array, cap: int) -> mx.array:
     return mx.pad(x, [(0, 0), (0, 0), (0, cap - x.shape[2]), (0, 0)])
 
 
+def fill_holes(keep: Sequence[int], num_rows: int) -> list[int]:
+    """The order rows take when only `keep` (ascending old indices) of `num_rows` stay: each
+    row that stays keeps its place, except that the holes before the new end take the rows
+    past it (ascending), so the cache moves those rows only (`BatchCache.keep_rows`).
+    fill_holes([0, 1, 3, 4, 5], 6) == [0, 1, 5, 3, 4]."""
+    n, kept = len(keep), set(keep)
+    order = list(range(n))
+    holes = [i for i in range(n) if i not in kept]
+    tail = [j for j in keep if j >= n]
+    assert len(holes) == len(tail) and all(0 <= j < num_rows for j in keep)
+    for hole, j in zip(holes, tail):
+        order[hole] = j
+    return order
+
+
 class BatchCache:
     """All layers' ragged caches of one model plus the per-row committed lengths."""
 
-    def __init__(self, recurrent: Sequence[bool], num_rows: int = 0, quant: KVQuant | None = None):
+    def __init__(
+        self,
+        recurrent: Sequence[bool],
+        num_rows: int = 0,
+        quant: KVQuant | None = None,
+        row_capacity: int = 0,
+    ):
         self.recurrent = list(recurrent)
         self.quant = quant  # None: slots hold the model's dtype; else quantized per slot
+        # Rows the attention layers' arrays keep for joiners, so that rows join and leave in
+        # place (module docstring); 0: exactly the batch's rows, concatenated and gathered.
+        self.row_capacity = row_capacity
         # [B] committed tokens per row: exact on the device (lengths_mx); on the host exact
         # after host commits, an upper bound after `commit_lazy` (a round still in flight).
         self.lengths = np.zeros(num_rows, dtype=np.int64)
@@ -239,9 +344,13 @@ class BatchCache:
 
     @classmethod
     def for_model(
-        cls, model: object, num_rows: int = 0, quant: KVQuant | None = None
+        cls,
+        model: object,
+        num_rows: int = 0,
+        quant: KVQuant | None = None,
+        row_capacity: int = 0,
     ) -> BatchCache:
-        return cls(layer_kinds(model), num_rows, quant)
+        return cls(layer_kinds(model), num_rows, quant, row_capacity)
 
     def _layer(self, recurrent: bool) -> LayerCache:
         if recurrent:
@@ -372,7 +481,9 @@ class BatchCache:
 
     # -- membership --------------------------------------------------------------------------
     def keep_rows(self, keep: Sequence[int]) -> None:
-        """Drop every row not in `keep` (finished or aborted rows), preserving order."""
+        """Keep only the rows `keep` (old row indices), in that order: row i becomes old row
+        keep[i]. With `row_capacity`, an order of `fill_holes`' form moves only the rows that
+        fill holes, in place; any other order gathers every row."""
         keep_idx = list(keep)
         # The window array describes the last forward, which may predate rows that joined since
         # (a round that drafted nothing runs no draft forward): index it one entry per row.
@@ -380,7 +491,19 @@ class BatchCache:
         self.lengths = self.lengths[keep_idx] if keep_idx else np.zeros(0, dtype=np.int64)
         rows = mx.array(np.asarray(keep_idx, dtype=np.int32))
         max_len = int(self.lengths.max(initial=0))
-        if keep_idx:
+        in_place = self._moves(keep_idx, max_len)
+        if keep_idx and in_place is not None:
+            dest, src = in_place
+            kv = [x for x in self.layers if isinstance(x, RaggedKVCache) and x.key_parts]
+            if dest:
+                moved = [[p[src] for p in x.key_parts + x.value_parts] for x in kv]
+                mx.eval(moved)  # see RaggedKVCache.place_rows
+                for kv_layer, rows_moved in zip(kv, moved):
+                    kv_layer.place_rows(dest, rows_moved)
+            for layer in self.layers:
+                if not isinstance(layer, RaggedKVCache):
+                    layer.take_rows(rows, max_len)
+        elif keep_idx:
             for layer in self.layers:
                 layer.take_rows(rows, max_len)
         else:
@@ -389,11 +512,36 @@ class BatchCache:
         # The device lengths may be ahead of the host's bounds (a round in flight): gather them.
         self.lengths_mx = self.lengths_mx[rows] if keep_idx else mx.zeros(0, dtype=mx.int32)
 
+    def _moves(self, keep: list[int], max_len: int) -> tuple[list[int], mx.array] | None:
+        """(dest, src: [n] int32) where `keep` only moves rows from past its end into holes
+        before it (`fill_holes`), the arrays keep spare rows (`row_capacity`), at least half
+        their rows stay and no layer's slots would shrink (a gather trims them to the rows
+        left, bounding the memory spare rows and slots hold); else None."""
+        if not self.row_capacity:
+            return None
+        n = len(keep)
+        held = [
+            x.key_parts[0].shape[0]
+            for x in self.layers
+            if isinstance(x, RaggedKVCache) and x.key_parts
+        ]
+        if held and 2 * n < held[0]:
+            return None  # fewer than half the rows left: gathered, the arrays shrink to them
+        dest = [i for i, j in enumerate(keep) if j != i]
+        if any(keep[i] < n for i in dest):
+            return None  # a permutation of kept rows: gathered
+        cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
+        for layer in self.layers:
+            if isinstance(layer, RaggedKVCache) and layer.key_parts:
+                if layer.key_parts[0].shape[2] != cap:
+                    return None
+        return dest, mx.array(np.array([keep[i] for i in dest], dtype=np.int32))
+
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
         assert other.recurrent == self.recurrent and other.quant == self.quant
         for mine, theirs in zip(self.layers, other.layers):
-            mine.append_rows(theirs, self.num_rows, other.num_rows)
+            mine.append_rows(theirs, self.num_rows, other.num_rows, self.row_capacity)
         self.exact = self.exact and other.exact
         self.kernel_attention = self.kernel_attention and other.kernel_attention
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])

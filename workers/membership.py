@@ -19,7 +19,7 @@ from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter
 from workers.drafting import joining_tail
 from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
-from workers.kv_cache import BatchCache
+from workers.kv_cache import BatchCache, fill_holes
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
 from workers.prefill_job import Prefill, fits_kv, pick_joining, prompt_hidden, start_prefill
@@ -154,6 +154,9 @@ class Membership:
         keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
         if len(keep) == len(self.rows):
             return []
+        # The batch's last rows fill the holes (kv_cache.py `fill_holes`): the cache moves
+        # those rows only, not every row, and the rows, the cache and the drafter take one order.
+        keep = fill_holes(keep, len(self.rows))
         self.settle_unless_routed()  # the batch changes
         events = []
         for r in self.rows:

@@ -7,7 +7,7 @@ import numpy as np
 
 from tests.tiny import mixed_prompts, tiny_model
 from workers.forward import forward_window, pad_windows, prefill
-from workers.kv_cache import BatchCache
+from workers.kv_cache import BatchCache, fill_holes
 
 
 def row_alone_keys(model, tokens: list[int]) -> list[mx.array]:
@@ -176,3 +176,48 @@ def test_a_lone_row_behind_its_host_bound_keeps_the_mask():
     cache.tighten(np.array([len(prompt) + 2]), np.array([True]), exact=True)
     assert cache.layers[0].make_mask(1) is None
     assert mx.allclose(forward_window(model, cache, step, one), expected, atol=1e-5).item()
+
+
+def test_fill_holes_moves_only_the_rows_past_the_new_end():
+    assert fill_holes([0, 1, 3, 4, 5], 6) == [0, 1, 5, 3, 4]
+    assert fill_holes([2, 3], 4) == [2, 3]  # both holes taken by the tail, in order
+    assert fill_holes([0, 1], 4) == [0, 1]  # the tail left: nothing moves
+    assert fill_holes([], 3) == []
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 12))
+        keep = sorted(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False).tolist())
+        order = fill_holes(keep, n)
+        assert sorted(order) == keep  # the same rows, once each
+        assert all(j == i or j >= len(keep) for i, j in enumerate(order))  # stayers stay
+
+
+def test_rows_leave_and_join_in_place_and_the_next_forward_is_unchanged():
+    """With row_capacity the arrays keep their rows (moved rows and joiners are written in
+    place), each row's keys are its own, and a forward over the batch gives the same logits,
+    bit for bit, as a cache that concatenates and gathers every row."""
+    model = tiny_model("qwen3", seed=2)
+    prompts = mixed_prompts(4, seed=9, lengths=[6, 13, 3, 9])
+    joining = [[5, 6, 7], [9, 10, 11, 12, 13]]
+    logits = {}
+    for capacity in (0, 6):
+        cache = BatchCache.for_model(model, 4, row_capacity=capacity)
+        prefill(model, cache, prompts, step_size=512)
+        joiner = BatchCache.for_model(model, 2)
+        prefill(model, joiner, joining, step_size=512)
+        order = fill_holes([0, 2, 3], 4)  # row 1 leaves, row 3 takes its place
+        cache.keep_rows(order)
+        cache.append(joiner)
+        rows = [prompts[0], prompts[3], prompts[2], *joining]
+        assert cache.lengths.tolist() == [len(r) for r in rows]
+        if capacity:  # in place: the arrays still hold 6 rows (4, then 3, then 5 in use)
+            assert {layer.keys.shape[0] for layer in cache.layers} == {6}
+        for r, seq in enumerate(rows):
+            for layer, ref in zip(cache.layers, row_alone_keys(model, seq)):
+                got = layer.keys[r : r + 1, :, : len(seq)]
+                assert mx.allclose(got, ref, atol=1e-5).item(), (capacity, r)
+        window = mx.array([[3, 4], [8, 1], [2, 2], [7, 7], [1, 9]])
+        logits[capacity] = forward_window(model, cache, window, np.full(5, 2))
+        cache.commit(np.full(5, 2))
+        mx.eval(logits[capacity], cache.state_arrays())
+    assert mx.array_equal(logits[0], logits[6]).item()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
-from workers import Engine, SamplingParams
+from workers import Engine, SamplingParams, kv_cache
 from workers.drafters.mtp import MTPDrafter
 
 MAX_TOKENS = 24
@@ -32,7 +32,8 @@ def setup(request):
 
 def engine_for(target, head, drafter: str, pipeline: bool = True, **kw) -> Engine:
     d = MTPDrafter(target, head) if drafter == "mtp" else None
-    return Engine(target, drafter=d, pipeline=pipeline, draft_depth=3, max_batch_size=8, **kw)
+    kw = {"max_batch_size": 8, **kw}
+    return Engine(target, drafter=d, pipeline=pipeline, draft_depth=3, **kw)
 
 
 def drain(engine: Engine, abort_at: dict[int, str] | None = None) -> dict[str, list]:
@@ -214,3 +215,39 @@ def test_a_lone_row_switching_between_drafting_and_plain_rounds(setup):
         engine.add_request("r", p, SamplingParams(max_tokens=MAX_TOKENS))
         assert_matches(tokens_of(drain(engine)["r"]), ref, "depth switching at B=1")
     assert any(unmasked) and not all(unmasked), "both kinds of step ran"
+
+
+@pytest.mark.parametrize("drafter", [None, "mtp"])
+def test_rows_leaving_and_joining_in_place_match_the_reference(setup, drafter, monkeypatch):
+    """More requests than rows, each with its own max_tokens: rows leave in different rounds,
+    the batch's last rows fill their places and queued requests join into spare rows
+    (kv_cache.py's membership, in place), and every output is mlx-lm's single-sequence
+    decode."""
+    target, head, prompts, refs = setup
+    engine = engine_for(target, head, drafter, max_batch_size=3)
+    assert engine.cache.row_capacity == 3
+    seen = {"moves": 0, "joins_in_place": 0}
+    place_rows, append = kv_cache.RaggedKVCache.place_rows, kv_cache._append
+
+    def counted_place_rows(layer, dest, moved):
+        seen["moves"] += 1
+        place_rows(layer, dest, moved)
+
+    def counted_append(mine, theirs, num_self, num_other, capacity=0):
+        if capacity and mine and theirs and mine[0].shape[0] >= num_self + num_other:
+            seen["joins_in_place"] += 1
+        return append(mine, theirs, num_self, num_other, capacity)
+
+    monkeypatch.setattr(kv_cache.RaggedKVCache, "place_rows", counted_place_rows)
+    monkeypatch.setattr(kv_cache, "_append", counted_append)
+    lengths = [MAX_TOKENS - 7 * (i % 3) for i in range(len(prompts))]  # 24, 17, 10, ...
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=lengths[i]))
+    got: dict[str, list[int]] = {}
+    while engine.has_work():
+        for ev in engine.step():
+            got.setdefault(ev.request_id, []).extend(ev.new_tokens)
+    assert seen["moves"] and seen["joins_in_place"], seen
+    for i, ref in enumerate(refs):
+        n = lengths[i]
+        assert_matches(got[f"r{i}"], (ref[0][:n], ref[1][:n]), f"{drafter} row {i}")
