@@ -54,7 +54,8 @@ def memory(engines: dict[int | None, Engine], group: int, budget_gib: float) -> 
         for i, p in enumerate(prompts):
             e.add_request(f"m{i}", p, SamplingParams(max_tokens=8))
         e.step()  # prefill + first round: rows running, arrays allocated
-        slots = e.cache.num_rows * e.cache.layers[0].keys.shape[2]  # type: ignore[attr-defined]
+        keys = e.cache.layers[0].keys  # type: ignore[attr-defined]
+        slots = keys.shape[0] * keys.shape[2]  # the arrays' rows, spare ones too (cache_rows.py)
         measured[label(bits)] = sum(a.nbytes for a in e.cache.state_arrays()) / slots
         while e.has_work():
             e.step()

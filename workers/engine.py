@@ -90,10 +90,12 @@ class Engine(Membership):
         self.eos_ids = frozenset(getattr(tokenizer, "eos_token_ids", None) or [])
         bits, group = self.config.kv_bits, self.config.kv_group_size
         self.kv_quant = KVQuant.for_device(bits, group) if bits is not None else None
-        # Rows join and leave the running cache in place (workers/kv_cache.py), except where
-        # rounds launch from a launcher thread (MLX CUDA): a leave evaluates the rows it moves,
-        # which there must queue behind the launch (not measured there).
-        capacity = self.config.max_batch_size if self._launcher is None else 0
+        # Rows join and leave the running cache in place (workers/cache_rows.py), except where
+        # rounds launch from a launcher thread (a leave evaluates the rows it moves, which there
+        # would have to queue behind the launch) or each new shape is a graph build (the spare
+        # rows' writes are shapes of their own): measured on the CPU only (bench/results/s50).
+        in_place = self._launcher is None and not backend.builds_per_shape
+        capacity = self.config.max_batch_size if in_place else 0
         self.cache = BatchCache.for_model(model, quant=self.kv_quant, row_capacity=capacity)
         # Admission counts bytes: kv_budget is how many tokens of this cache fit in the memory
         # of kv_budget_tokens unquantized ones (workers/kv_quant.py).
@@ -103,6 +105,7 @@ class Engine(Membership):
             self.kv_quant,
             self.config.kv_budget_tokens or self.config.max_batch_size * self.max_context,
         )
+        self.cache.slot_budget = self.kv_budget  # spare rows within what admission allows
         self.row_factory = RowFactory(
             tokenizer, self.vocab_size, self.max_context, self.kv_budget, self.eos_ids
         )
@@ -318,7 +321,14 @@ class Engine(Membership):
             if flight is not None:
                 events += self._collect(flight, stats)
                 events += [e for r in self.rows if (e := r.take_event()) is not None]
+                t_drop = time.perf_counter()
                 events += self._drop_finished()  # finished in N: their N+1 slots are discarded
+                if launched is not None:
+                    # A leave evaluates the rows it moves (kv_cache.py `keep_rows`), so it waits
+                    # for N+1's forward: that wait is N+1's cost, not N's.
+                    drop_s = time.perf_counter() - t_drop
+                    launched.launch_s += drop_s
+                    t1 += drop_s
             t2 = time.perf_counter()
             if self.rows or self.waiting:
                 self._admit(stats)  # joiners prefill now and join round N+2

@@ -19,16 +19,9 @@ shared offset).
 One `BatchCache` owns the per-row lengths for all layers of one model, so the layers can never
 disagree about where a row ends.
 
-Membership (`row_capacity`, the engine's running cache). Rows leave and join in place, at a cost
-of the rows that move, not of the batch: the arrays keep spare rows after the batch's B
-(attention reads the first B; a window's write pads the rest), rows joining are written into
-them, and rows leaving are replaced by the batch's last rows (`fill_holes`: the engine reorders
-its rows to match). The arrays grow by doubling, up to `row_capacity`, and a leave that keeps
-fewer than half their rows gathers them instead, so spare rows at most double the memory the
-batch's rows take. Concatenating and gathering every row copied the whole cache at each join
-and leave: 14-21 ms a join and ~13 ms a leave at 16 rows of the default model on the 2-core
-CPU, where drafting makes rows finish in different rounds (12 joins and 18 leaves against
-plain's 7 and 7 in one worker's share of the demo's job; bench/results/s50/).
+Membership (`row_capacity`, the engine's running cache). Rows join and leave in place, at the
+cost of the rows that move, not of the batch (workers/cache_rows.py): the arrays keep spare
+rows after the batch's B; attention reads the first B, a window's write pads the rest.
 
 Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
 once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
@@ -46,7 +39,8 @@ import numpy as np
 
 from workers import attention_cuda, cpu_ops
 from workers.backend import Backend
-from workers.cache_types import CacheOwner, LayerCache, concat_rows
+from workers.cache_rows import append_parts, put_rows, spare_slots
+from workers.cache_types import CacheOwner, LayerCache
 from workers.hybrid import RaggedStateCache, install
 from workers.kv_quant import KVQuant
 
@@ -108,7 +102,7 @@ class RaggedKVCache:
         slots = self.owner.window_slots(W)  # [B, 1, W, 1]
         R, B = parts[0].shape[0], new[0].shape[0]
         if R > B:
-            slots = self.owner.shared(("spare_slots", W, R), lambda: _spare_slots(slots, R))
+            slots = self.owner.shared(("spare_slots", W, R), lambda: spare_slots(slots, R))
             new = [mx.pad(n, [(0, R - B), (0, 0), (0, 0), (0, 0)]) for n in new]
         return [_write(old, n, slots) for old, n in zip(parts, new)]
 
@@ -136,14 +130,16 @@ class RaggedKVCache:
         keys' then values', evaluated: a lazy gather of the same array would keep MLX from
         updating its buffer in place); the array keeps its rows (`BatchCache.keep_rows`)."""
         n = len(self.key_parts)
-        self.key_parts = [_put_rows(p, dest, m) for p, m in zip(self.key_parts, moved[:n])]
-        self.value_parts = [_put_rows(p, dest, m) for p, m in zip(self.value_parts, moved[n:])]
+        self.key_parts = [put_rows(p, dest, m) for p, m in zip(self.key_parts, moved[:n])]
+        self.value_parts = [put_rows(p, dest, m) for p, m in zip(self.value_parts, moved[n:])]
 
     def append_rows(
         self, other: RaggedKVCache, num_self: int, num_other: int, capacity: int = 0
     ) -> None:
-        self.key_parts = _append(self.key_parts, other.key_parts, num_self, num_other, capacity)
-        self.value_parts = _append(
+        self.key_parts = append_parts(
+            self.key_parts, other.key_parts, num_self, num_other, capacity
+        )
+        self.value_parts = append_parts(
             self.value_parts, other.value_parts, num_self, num_other, capacity
         )
 
@@ -220,89 +216,6 @@ def _write(stored: mx.array, new: mx.array, slots: mx.array) -> mx.array:
     return mx.put_along_axis(stored, mx.broadcast_to(slots, new.shape), new, axis=2)
 
 
-def spare_rows(needed: int, held: int, capacity: int) -> int:
-    """Rows an array that holds `held` grows to for `needed`: twice as many, up to `capacity`
-    (the batch's most), so that growing copies the cache once per doubling; and the rows it
-    keeps bound its memory to twice the batch's (`BatchCache._moves` gathers below half)."""
-    return max(needed, min(capacity, 2 * held))
-
-
-def _spare_slots(slots: mx.array, R: int) -> mx.array:
-    """[R, 1, W, 1]: the batch's window slots [B, 1, W, 1], then slots [0, W) for spare rows."""
-    B, _, W, _ = slots.shape
-    spare = mx.broadcast_to(mx.arange(W, dtype=slots.dtype)[None, None, :, None], (R - B, 1, W, 1))
-    return mx.concatenate([slots, spare])
-
-
-def _put_rows(stored: mx.array, dest: list[int], rows: mx.array) -> mx.array:
-    """`stored` with rows `dest` replaced by `rows` ([n, H, S', *], S' <= S): one slice update
-    a row, in place where MLX may donate `stored` (a scatter along the row axis copied the
-    whole array: 17 against 5 ms for two rows of 16, bench/results/s50/row_ops_cpu.txt)."""
-    for k, i in enumerate(dest):
-        start = mx.array([i, 0, 0, 0])
-        stored = mx.slice_update(stored, rows[k : k + 1], start, axes=(0, 1, 2, 3))
-    return stored
-
-
-def _append(
-    mine: list[mx.array],
-    theirs: list[mx.array],
-    num_self: int,
-    num_other: int,
-    capacity: int = 0,
-) -> list[mx.array]:
-    """Their rows after our first `num_self`. With `capacity`, into spare rows in place when
-    they fit (else the array grows, `spare_rows`); without, concatenated."""
-    if capacity and mine and theirs:
-        rows_needed = num_self + num_other
-        cap = max(mine[0].shape[2], theirs[0].shape[2])
-        placed = []
-        for m, t in zip(mine, theirs):
-            if m.shape[2] < cap:  # their prompts reach past our slots: a copy, as before
-                m = _pad_slots(m, cap)
-            if m.shape[0] < rows_needed:  # a copy, once per doubling
-                grow = spare_rows(rows_needed, m.shape[0], capacity) - m.shape[0]
-                m = mx.pad(m, [(0, grow), (0, 0), (0, 0), (0, 0)])
-            start = mx.array([num_self, 0, 0, 0])
-            placed.append(mx.slice_update(m, t[:num_other], start, axes=(0, 1, 2, 3)))
-        return placed
-    if capacity and theirs and not mine:
-        rows = num_self + num_other
-        return [
-            mx.pad(t, [(num_self, rows - num_self - num_other), (0, 0), (0, 0), (0, 0)])
-            for t in theirs
-        ]
-    mine = [m[:num_self] if m.shape[0] > num_self else m for m in mine]  # spare rows dropped
-    if mine and theirs:
-        cap = max(mine[0].shape[2], theirs[0].shape[2])
-        mine, theirs = [_pad_slots(x, cap) for x in mine], [_pad_slots(x, cap) for x in theirs]
-    a: list[mx.array | None] = list(mine) or [None] * len(theirs)
-    b: list[mx.array | None] = list(theirs) or [None] * len(mine)
-    out = [concat_rows(m, t, num_self, num_other) for m, t in zip(a, b)]
-    return [x for x in out if x is not None]
-
-
-def _pad_slots(x: mx.array, cap: int) -> mx.array:
-    if x.shape[2] == cap:
-        return x
-    return mx.pad(x, [(0, 0), (0, 0), (0, cap - x.shape[2]), (0, 0)])
-
-
-def fill_holes(keep: Sequence[int], num_rows: int) -> list[int]:
-    """The order rows take when only `keep` (ascending old indices) of `num_rows` stay: each
-    row that stays keeps its place, except that the holes before the new end take the rows
-    past it (ascending), so the cache moves those rows only (`BatchCache.keep_rows`).
-    fill_holes([0, 1, 3, 4, 5], 6) == [0, 1, 5, 3, 4]."""
-    n, kept = len(keep), set(keep)
-    order = list(range(n))
-    holes = [i for i in range(n) if i not in kept]
-    tail = [j for j in keep if j >= n]
-    assert len(holes) == len(tail) and all(0 <= j < num_rows for j in keep)
-    for hole, j in zip(holes, tail):
-        order[hole] = j
-    return order
-
-
 class BatchCache:
     """All layers' ragged caches of one model plus the per-row committed lengths."""
 
@@ -315,9 +228,12 @@ class BatchCache:
     ):
         self.recurrent = list(recurrent)
         self.quant = quant  # None: slots hold the model's dtype; else quantized per slot
-        # Rows the attention layers' arrays keep for joiners, so that rows join and leave in
-        # place (module docstring); 0: exactly the batch's rows, concatenated and gathered.
+        # Rows the attention layers' arrays may keep for joiners, so that rows join and leave in
+        # place (workers/cache_rows.py); 0: exactly the batch's rows, concatenated and gathered.
         self.row_capacity = row_capacity
+        # Tokens of KV the arrays may hold (the engine's admission budget; 0: unbounded):
+        # spare rows are grown only as far as it allows, a row's slots times the rows.
+        self.slot_budget = 0
         # [B] committed tokens per row: exact on the device (lengths_mx); on the host exact
         # after host commits, an upper bound after `commit_lazy` (a round still in flight).
         self.lengths = np.zeros(num_rows, dtype=np.int64)
@@ -520,28 +436,28 @@ class BatchCache:
         if not self.row_capacity:
             return None
         n = len(keep)
-        held = [
-            x.key_parts[0].shape[0]
-            for x in self.layers
-            if isinstance(x, RaggedKVCache) and x.key_parts
-        ]
+        held = [parts[0].shape[0] for x in self.layers if (parts := _kv_parts(x))]
         if held and 2 * n < held[0]:
             return None  # fewer than half the rows left: gathered, the arrays shrink to them
         dest = [i for i, j in enumerate(keep) if j != i]
         if any(keep[i] < n for i in dest):
             return None  # a permutation of kept rows: gathered
         cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
-        for layer in self.layers:
-            if isinstance(layer, RaggedKVCache) and layer.key_parts:
-                if layer.key_parts[0].shape[2] != cap:
-                    return None
+        if any(parts[0].shape[2] != cap for x in self.layers if (parts := _kv_parts(x))):
+            return None
         return dest, mx.array(np.array([keep[i] for i in dest], dtype=np.int32))
 
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
         assert other.recurrent == self.recurrent and other.quant == self.quant
+        capacity = self.row_capacity
+        slots = max((p.shape[2] for x in (*self.layers, *other.layers) for p in _kv_parts(x)[:1]),
+                    default=0)  # fmt: skip
+        if capacity and self.slot_budget and slots:
+            rows = self.num_rows + other.num_rows
+            capacity = min(capacity, max(rows, self.slot_budget // slots))
         for mine, theirs in zip(self.layers, other.layers):
-            mine.append_rows(theirs, self.num_rows, other.num_rows, self.row_capacity)
+            mine.append_rows(theirs, self.num_rows, other.num_rows, capacity)
         self.exact = self.exact and other.exact
         self.kernel_attention = self.kernel_attention and other.kernel_attention
         self.window_valid = np.concatenate([self._window_rows(), other._window_rows()])
@@ -557,6 +473,11 @@ class BatchCache:
 
     def state_arrays(self) -> list[mx.array]:
         return [a for layer in self.layers for a in layer.arrays()]
+
+
+def _kv_parts(layer: LayerCache) -> list[mx.array]:
+    """An attention layer's key parts (none yet, or a recurrent layer: [])."""
+    return layer.key_parts if isinstance(layer, RaggedKVCache) else []
 
 
 def layer_kinds(model: object) -> list[bool]:

@@ -14,12 +14,13 @@ import time
 from collections import deque
 
 from workers import launch
+from workers.cache_rows import fill_holes
 from workers.config import EngineConfig
 from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter
 from workers.drafting import joining_tail
 from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
-from workers.kv_cache import BatchCache, fill_holes
+from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
 from workers.prefill_job import Prefill, fits_kv, pick_joining, prompt_hidden, start_prefill
@@ -154,7 +155,7 @@ class Membership:
         keep = [i for i, r in enumerate(self.rows) if not r.is_finished]
         if len(keep) == len(self.rows):
             return []
-        # The batch's last rows fill the holes (kv_cache.py `fill_holes`): the cache moves
+        # The batch's last rows fill the holes (workers/cache_rows.py): the cache moves
         # those rows only, not every row, and the rows, the cache and the drafter take one order.
         keep = fill_holes(keep, len(self.rows))
         self.settle_unless_routed()  # the batch changes

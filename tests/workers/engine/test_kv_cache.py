@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+import pytest
 
 from tests.tiny import mixed_prompts, tiny_model
+from tests.workers.engine.test_kv_quant_parity import tiny32
+from workers.cache_rows import fill_holes
 from workers.forward import forward_window, pad_windows, prefill
-from workers.kv_cache import BatchCache, fill_holes
+from workers.kv_cache import BatchCache
+from workers.kv_quant import KVQuant
 
 
 def row_alone_keys(model, tokens: list[int]) -> list[mx.array]:
@@ -192,32 +196,57 @@ def test_fill_holes_moves_only_the_rows_past_the_new_end():
         assert all(j == i or j >= len(keep) for i, j in enumerate(order))  # stayers stay
 
 
-def test_rows_leave_and_join_in_place_and_the_next_forward_is_unchanged():
+@pytest.mark.parametrize("bits", [None, 8])
+def test_rows_leave_and_join_in_place_and_the_next_forward_is_unchanged(bits):
     """With row_capacity the arrays keep their rows (moved rows and joiners are written in
     place), each row's keys are its own, and a forward over the batch gives the same logits,
-    bit for bit, as a cache that concatenates and gathers every row."""
-    model = tiny_model("qwen3", seed=2)
+    bit for bit, as a cache that concatenates and gathers every row; then a leave that keeps
+    fewer than half the rows gathers them (the arrays shrink), and a joiner longer than the
+    running rows' slots still lands whole."""
+    model = tiny32("qwen3", seed=2)  # head_dim 32: a quantization group fits
+    quant = KVQuant(bits, 32) if bits else None
     prompts = mixed_prompts(4, seed=9, lengths=[6, 13, 3, 9])
     joining = [[5, 6, 7], [9, 10, 11, 12, 13]]
+    long_joiner = mixed_prompts(1, seed=3, lengths=[300])
     logits = {}
     for capacity in (0, 6):
-        cache = BatchCache.for_model(model, 4, row_capacity=capacity)
+        cache = BatchCache.for_model(model, 4, quant, row_capacity=capacity)
         prefill(model, cache, prompts, step_size=512)
-        joiner = BatchCache.for_model(model, 2)
-        prefill(model, joiner, joining, step_size=512)
-        order = fill_holes([0, 2, 3], 4)  # row 1 leaves, row 3 takes its place
-        cache.keep_rows(order)
-        cache.append(joiner)
+        cache.keep_rows(fill_holes([0, 2, 3], 4))  # row 1 leaves, row 3 takes its place
+        cache.append(prefilled(model, joining, quant))
         rows = [prompts[0], prompts[3], prompts[2], *joining]
         assert cache.lengths.tolist() == [len(r) for r in rows]
-        if capacity:  # in place: the arrays still hold 6 rows (4, then 3, then 5 in use)
-            assert {layer.keys.shape[0] for layer in cache.layers} == {6}
-        for r, seq in enumerate(rows):
-            for layer, ref in zip(cache.layers, row_alone_keys(model, seq)):
-                got = layer.keys[r : r + 1, :, : len(seq)]
-                assert mx.allclose(got, ref, atol=1e-5).item(), (capacity, r)
+        if capacity:  # in place: the arrays hold 6 rows (4, then 3 and 5 of them in use)
+            assert {len(p) for x in cache.layers for p in x.key_parts} == {6}
+        assert_rows_hold(model, cache, rows, quant)
         window = mx.array([[3, 4], [8, 1], [2, 2], [7, 7], [1, 9]])
         logits[capacity] = forward_window(model, cache, window, np.full(5, 2))
+        mx.eval(logits[capacity])
         cache.commit(np.full(5, 2))
-        mx.eval(logits[capacity], cache.state_arrays())
+        order = fill_holes([1, 4], 5)  # 2 of 5 stay: fewer than half of 6 rows
+        cache.keep_rows(order)
+        cache.append(prefilled(model, long_joiner, quant))
+        rows = [r + w for r, w in zip(rows, window.tolist())]
+        rows = [*(rows[i] for i in order), long_joiner[0]]
+        if capacity:  # gathered to 2, then grown for the joiner (past 256 slots)
+            assert {p.shape[:3:2] for x in cache.layers for p in x.key_parts} == {(4, 512)}
+        assert_rows_hold(model, cache, rows, quant)
     assert mx.array_equal(logits[0], logits[6]).item()
+
+
+def prefilled(model, prompts: list[list[int]], quant) -> BatchCache:
+    cache = BatchCache.for_model(model, len(prompts), quant)
+    prefill(model, cache, prompts, step_size=512)
+    return cache
+
+
+def assert_rows_hold(model, cache: BatchCache, rows: list[list[int]], quant) -> None:
+    """Each row's keys (decoded where quantized) equal its tokens prefilled alone."""
+    assert cache.lengths.tolist() == [len(r) for r in rows]
+    for r, seq in enumerate(rows):
+        alone = prefilled(model, [seq], quant)
+        for layer, ref in zip(cache.layers, alone.layers):
+            got, want = (x.fetch(x.key_parts, len(seq)) for x in (layer, ref))
+            got = got[r : r + 1] if isinstance(got, mx.array) else got[0][r : r + 1]
+            want = want if isinstance(want, mx.array) else want[0]
+            assert mx.allclose(got, want, atol=1e-5).item(), r
