@@ -108,12 +108,13 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s49: a plain engine builds MLX's CPU kernels in its warm-up,
-    # so a cold kernel cache no longer slows the no-drafter run alone; 3 runs each with its own
-    # cold cache in turns with 00c850e, then 5 in a row). s48's batch-job medians counted the
-    # cold runs' inflated ratios (1.36-1.55 there).
-    demo_runs = (_load("s49/demo_ab_cold.json") or {}).get("runs", []) + [
-        {**r, "tree": "after"} for r in (_load("s49/demo_runs.json") or {}).get("runs", [])
+    # the newest tree's demo runs (s50: rows join and leave the running cache in place; 8 runs
+    # in a row, kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
+    # warm-up) read 0.93 / 1.86; s48's batch-job medians counted cold runs' inflated ratios.
+    demo_runs = [
+        {**r, "tree": "after"}
+        for f in ("s50/demo_runs.json", "s50/demo_runs_2.json")
+        for r in (_load(f) or {}).get("runs", [])
     ]
     bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
     p5, p5a = _load("s32/p5_launch_ab_h200.json"), _load("s32/p5_launch_ab_adaptive_h200.json")
