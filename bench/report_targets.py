@@ -108,12 +108,12 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    # the newest tree's demo runs (s50: rows join and leave the running cache in place; 8 runs
-    # in a row, kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
+    # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
+    # on 2832b19, 5 on the review mend's tree, kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
     # warm-up) read 0.93 / 1.86; s48's batch-job medians counted cold runs' inflated ratios.
     demo_runs = [
         {**r, "tree": "after"}
-        for f in ("s50/demo_runs.json", "s50/demo_runs_2.json")
+        for f in ("s50/demo_runs.json", "s50/demo_runs_2.json", "s50/demo_runs_final.json")
         for r in (_load(f) or {}).get("runs", [])
     ]
     bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
