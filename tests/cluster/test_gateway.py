@@ -226,6 +226,11 @@ def test_cancel_and_disconnect_free_the_request(running: Running) -> None:
 def test_client_resumes_stream_across_gateway_restart(running: Running) -> None:
     """The gateway goes away mid-stream (as when Ray restarts the scheduler) and comes back on
     the same port: the client retries with the same id and skips what it already delivered."""
+    # Rounds of 20 ms: the 300 tokens then take ~6 s, so the request cannot finish before the
+    # gateway stops (at 2 ms a round it did, in ~0.6 s, on a loaded CI machine: served from
+    # the finished record, not re-run).
+    for engine in running.h.engines:
+        engine.step_delay_s = 0.02
     port = running.gw.port
     added_before = sum(e.num_added for e in running.h.engines)
     with Client(running.gw.address, retry_timeout_s=30) as c:
