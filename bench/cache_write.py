@@ -3,7 +3,7 @@
     python -m bench.cache_write --out F.json
 
 The engine writes each window's keys and values [B, H, W, D] at each row's own slots with
-`put_along_axis` (workers/kv_cache._write). Here, for 64 caches (K and V of 32 layers) of
+`put_along_axis` (workers/kv_layers._write). Here, for 64 caches (K and V of 32 layers) of
 [B, 16, S, 128] bf16, one forward's writes are timed as they run in a forward: each write's
 result is read (a slice, summed) so the graph keeps it, all 64 evaluated together. Forms:
 `put_along_axis` (the engine's), `slice_update` (one dynamic start, lone row only), `where`

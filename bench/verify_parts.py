@@ -33,7 +33,7 @@ def main() -> None:
 
     from bench.forward_timing import forward_cells, time_forward
     from bench.gpu import PRESETS, qwen3_model
-    from workers.kv_cache import RaggedKVCache
+    from workers.kv_layers import RaggedKVCache
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/out/verify_parts.json")

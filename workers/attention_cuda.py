@@ -163,7 +163,7 @@ def install(model: object) -> None:
 
 
 def _router(original: Any) -> Any:
-    from workers.kv_cache import RaggedKVCache
+    from workers.kv_layers import RaggedKVCache
 
     def route(queries, keys, values, cache, scale, mask, sinks=None):  # type: ignore[no-untyped-def]
         if (

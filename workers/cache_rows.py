@@ -8,7 +8,7 @@ join and leave: 14-21 ms a join and ~13 ms a leave at 16 rows of the default mod
 2-core CPU, where drafting makes rows finish in different rounds (12 joins and 18 leaves
 against plain's 7 and 7 in one worker's share of the demo's job; bench/results/s50/). The
 arrays grow by doubling (`spare_rows`), and a leave that keeps fewer than half their rows
-gathers them instead (`BatchCache._moves`), so spare rows at most double the batch's memory.
+gathers them instead (`_moves`), so spare rows at most double the batch's memory.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
+import numpy as np
 
-from workers.cache_types import concat_rows
+from workers.cache_types import LayerCache, concat_rows
 
 
 def fill_holes(keep: Sequence[int], num_rows: int) -> list[int]:
@@ -34,6 +35,55 @@ def fill_holes(keep: Sequence[int], num_rows: int) -> list[int]:
     for hole, j in zip(holes, tail):
         order[hole] = j
     return order
+
+
+def keep_in_place(
+    layers: Sequence[LayerCache], keep: list[int], rows: mx.array, max_len: int, slots: int
+) -> bool:
+    """Keep rows `keep` (`rows`: the same, [n] int32) of every layer, moving only the rows that
+    fill holes, when `_moves` allows it; False (nothing done): the caller gathers. `slots`: the
+    slot capacity rows of at most `max_len` tokens keep."""
+    moves = _moves(layers, keep, slots)
+    if moves is None:
+        return False
+    dest, src = moves
+    moved = [[p[src] for p in layer.row_parts()] if dest else [] for layer in layers]
+    if dest:
+        mx.eval(moved)  # the moved rows apart from the arrays they go back into (`put_rows`)
+    for layer, rows_moved in zip(layers, moved):
+        layer.place_rows(dest, rows_moved, rows, max_len)
+    return True
+
+
+def _moves(
+    layers: Sequence[LayerCache], keep: list[int], slots: int
+) -> tuple[list[int], mx.array] | None:
+    """(dest, src: [n] int32) where `keep` only moves rows from past its end into holes before
+    it (`fill_holes`), at least half the arrays' rows stay and no layer's slots would shrink
+    (a gather trims them to the rows left, bounding the memory spare rows and slots hold);
+    else None."""
+    n = len(keep)
+    firsts = [parts[0] for x in layers if (parts := x.row_parts())]
+    if firsts and 2 * n < firsts[0].shape[0]:
+        return None  # fewer than half the rows left: gathered, the arrays shrink to them
+    dest = [i for i, j in enumerate(keep) if j != i]
+    if any(keep[i] < n for i in dest):
+        return None  # a permutation of kept rows: gathered
+    if any(p.shape[2] != slots for p in firsts):
+        return None
+    return dest, mx.array(np.array([keep[i] for i in dest], dtype=np.int32))
+
+
+def join_capacity(
+    layers: Sequence[LayerCache], rows: int, row_capacity: int, slot_budget: int
+) -> int:
+    """Rows the arrays of `layers` (ours and the joiners') may hold once `rows` rows are in:
+    `row_capacity`, cut to what `slot_budget` tokens of KV allow at their widest slot axis
+    (never below `rows`); 0 (no spare rows) stays 0."""
+    slots = max((x.row_parts()[0].shape[2] for x in layers if x.row_parts()), default=0)
+    if row_capacity and slot_budget and slots:
+        return min(row_capacity, max(rows, slot_budget // slots))
+    return row_capacity
 
 
 def spare_rows(needed: int, held: int, capacity: int) -> int:
@@ -56,9 +106,19 @@ def put_rows(stored: mx.array, dest: list[int], rows: mx.array) -> mx.array:
     whole array: 17.2 against 4.7 ms for two rows of 16, bench/results/s50/row_ops_cpu.txt).
     `rows` must be evaluated: a lazy gather of `stored` would keep its buffer from donation."""
     for k, i in enumerate(dest):
-        start = mx.array([i, 0, 0, 0])
-        stored = mx.slice_update(stored, rows[k : k + 1], start, axes=(0, 1, 2, 3))
+        stored = mx.slice_update(stored, rows[k : k + 1], _row_start(i), axes=(0, 1, 2, 3))
     return stored
+
+
+_ROW_STARTS: dict[int, mx.array] = {}
+
+
+def _row_start(i: int) -> mx.array:
+    """[4] int32 (i, 0, 0, 0), made once per row index (every layer's parts use it)."""
+    start = _ROW_STARTS.get(i)
+    if start is None:
+        start = _ROW_STARTS[i] = mx.array([i, 0, 0, 0])
+    return start
 
 
 def append_parts(
@@ -87,7 +147,7 @@ def _into_spare_rows(
 ) -> list[mx.array]:
     needed = num_self + num_other
     cap = max(mine[0].shape[2], theirs[0].shape[2])
-    start = mx.array([num_self, 0, 0, 0])
+    start = _row_start(num_self)
     placed = []
     for m, t in zip(mine, theirs):
         m = pad_slots(m, cap)  # their prompts reach past our slots: a copy, as before

@@ -1,8 +1,9 @@
 """What the ragged batch cache's layers and their owner promise each other.
 
-`workers/kv_cache.py` (attention layers and the `BatchCache` owner) and `workers/hybrid.py`
-(recurrent layers) both build on these, so neither has to import the other's module to talk
-to it: kv_cache imports hybrid, hybrid imports only this module.
+`workers/kv_cache.py` (the `BatchCache` owner), `workers/kv_layers.py` (attention layers),
+`workers/hybrid.py` (recurrent layers) and `workers/cache_rows.py` (rows joining and leaving) all
+build on these, so the layers and the owner talk through this module, not each other's:
+kv_cache imports the layers' modules to build them, hybrid imports only this module.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class CacheOwner(Protocol):
     lengths: np.ndarray  # [B] host upper bounds of the committed tokens per row
 
     @property
-    def num_rows(self) -> int: ...  # B: a layer's arrays may hold more (kv_cache.py's spare rows)
+    def num_rows(self) -> int: ...  # B: a layer's arrays may hold more (cache_rows.py's spare rows)
 
     lengths_mx: mx.array  # [B] int32, exact committed tokens per row (device)
     window_valid: np.ndarray  # [B] real tokens in the current window (the rest is padding)
@@ -48,6 +49,15 @@ class LayerCache(Protocol):
     def on_commit(self, n: np.ndarray | mx.array, whole: bool = False) -> None: ...
 
     def take_rows(self, rows: mx.array, max_len: int) -> None: ...
+
+    # the arrays whose rows move in place, [R, ...] with R >= B spare rows ([]: none, gathered)
+    def row_parts(self) -> list[mx.array]: ...
+
+    # rows `dest` take `moved` (rows of row_parts, evaluated); a layer without row_parts keeps
+    # `rows` (old indices) as take_rows does (workers/cache_rows.py `keep_in_place`)
+    def place_rows(
+        self, dest: list[int], moved: list[mx.array], rows: mx.array, max_len: int
+    ) -> None: ...
 
     # `other` is a layer of the same kind (each implementation names its own type); `capacity`:
     # rows the arrays may keep for later joiners (0: exactly the batch's)

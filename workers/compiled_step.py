@@ -25,7 +25,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from workers import row_linear
-from workers.kv_cache import BatchCache, RaggedKVCache, reserve_slots
+from workers.kv_cache import BatchCache
+from workers.kv_layers import RaggedKVCache, reserve_slots
 from workers.row_linear import RowLinear
 
 Step = Callable[..., tuple[mx.array, ...]]  # (layer cache, *arrays) -> arrays

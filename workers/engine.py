@@ -324,7 +324,7 @@ class Engine(Membership):
                 t_drop = time.perf_counter()
                 events += self._drop_finished()  # finished in N: their N+1 slots are discarded
                 if launched is not None:
-                    # A leave evaluates the rows it moves (kv_cache.py `keep_rows`), so it waits
+                    # A leave evaluates the rows it moves (cache_rows.py `keep_in_place`), so it waits
                     # for N+1's forward: that wait is N+1's cost, not N's.
                     drop_s = time.perf_counter() - t_drop
                     launched.launch_s += drop_s

@@ -105,6 +105,14 @@ class RaggedStateCache:
         if self.conv is not None and self.state is not None:
             self.conv, self.state = self.conv[rows], self.state[rows]
 
+    def row_parts(self) -> list[mx.array]:
+        return []  # exactly the batch's rows: a recurrent state is one small array a row
+
+    def place_rows(
+        self, dest: list[int], moved: list[mx.array], rows: mx.array, max_len: int
+    ) -> None:
+        self.take_rows(rows, max_len)
+
     def append_rows(
         self, other: RaggedStateCache, num_self: int, num_other: int, capacity: int = 0
     ) -> None:  # exactly the batch's rows: a recurrent state is one small array a row

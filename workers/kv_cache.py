@@ -1,13 +1,9 @@
 """Ragged per-row KV cache: every row's tokens sit at contiguous positions [0, length_r).
 
-Layout. Each layer holds keys/values of shape [B, H, S_cap, D]. Row r's committed tokens occupy
-slots [0, length_r) in order, so a row's physical slot equals its logical (RoPE) position and
-nothing sits between them: there is no left padding and there are no holes. A forward over a
-window of W new tokens writes row r's window at slots [length_r, length_r + W) with one scatter
-(`put_along_axis`), rotates it at the same per-row positions, and masks keys by
-`slot <= length_r + i` for window query i. Slots past a row's length are stale (rejected drafts,
-padding of shorter rows) and are always masked out, never zeroed: a zeroed key still weighs
-exp(0) in the softmax.
+`BatchCache` owns the per-row committed lengths for all layers of one model, so the layers can
+never disagree about where a row ends; each layer stores its own slots (attention:
+workers/kv_layers.py, recurrent: workers/hybrid.py). Row r's committed tokens occupy slots
+[0, length_r): there is no left padding and there are no holes.
 
 Compaction. After verify the row keeps only its first n_r window tokens (the accepted prefix):
 `commit(n)` sets length_r += n_r. The accepted tokens are already at their final slots, the
@@ -16,18 +12,9 @@ O(B), the window's write is O(B·W): neither grows with the context (mlx-vlm rol
 sequence axis of every layer each round; mlxcel moves the window down after writing it at a
 shared offset).
 
-One `BatchCache` owns the per-row lengths for all layers of one model, so the layers can never
-disagree about where a row ends.
-
 Membership (`row_capacity`, the engine's running cache). Rows join and leave in place, at the
 cost of the rows that move, not of the batch (workers/cache_rows.py): the arrays keep spare
 rows after the batch's B; attention reads the first B, a window's write pads the rest.
-
-Quantized slots (`quant`, EngineConfig.kv_bits): each window's keys and values are quantized
-once, one position at a time, before they are written (workers/kv_quant.py says why that keeps
-speculative output equal to plain output); attention reads the slots packed (Metal) or decoded to
-floats (CPU, CUDA), the same way in every window. Compaction, joins,
-row removal and rollback move lengths and whole slots, so they work on packed parts unchanged.
 """
 
 from __future__ import annotations
@@ -39,181 +26,18 @@ import numpy as np
 
 from workers import attention_cuda, cpu_ops
 from workers.backend import Backend
-from workers.cache_rows import append_parts, put_rows, spare_slots
-from workers.cache_types import CacheOwner, LayerCache
+from workers.cache_rows import join_capacity, keep_in_place
+from workers.cache_types import LayerCache
 from workers.hybrid import RaggedStateCache, install
+from workers.kv_layers import (
+    PackedReadKVCache,
+    QuantizedRaggedKVCache,
+    RaggedKVCache,
+    slot_capacity,
+)
 from workers.kv_quant import KVQuant
 
-STEP = 256  # grow the slot axis in multiples of this, as mlx-lm's KVCache does
 SPAN = 128  # where shapes cost graph builds, attention reads spans rounded up to this
-
-
-# What a layer hands mlx-lm's attention: keys/values [B, H, S, D], or for a quantized cache
-# (packed [B, H, S, D*bits/32], scales [B, H, S, D/g], biases [B, H, S, D/g]).
-Fetched = mx.array | tuple[mx.array, ...]
-
-
-class RaggedKVCache:
-    """One attention layer's cache; the duck type mlx-lm attention expects.
-
-    mlx-lm layers call `rope(x, offset=cache.offset)` then `cache.update_and_fetch(k, v)`;
-    the model calls `cache.make_mask(N)` through `create_attention_mask`. Keys and values are
-    stored as lists of parts that all share the [B, H, S_cap, *] layout (one part here, three
-    in QuantizedRaggedKVCache), so every storage operation works part by part along the slot
-    axis.
-    """
-
-    def __init__(self, owner: CacheOwner):
-        self.owner = owner
-        self.key_parts: list[mx.array] = []  # each [B, H, S_cap, *]
-        self.value_parts: list[mx.array] = []
-
-    @property
-    def keys(self) -> mx.array | None:
-        return self.key_parts[0] if self.key_parts else None  # [B, H, S_cap, Dk]
-
-    # -- the mlx-lm duck type -------------------------------------------------------------
-    @property
-    def offset(self) -> mx.array:
-        return self.owner.lengths_mx  # [B] per-row RoPE position of window token 0
-
-    def make_mask(
-        self, N: int, return_array: bool = False, window_size: int | None = None, **_: object
-    ) -> mx.array | None:
-        if window_size is not None:  # sliding-window layers: the kernel knows no window
-            self.owner.kernel_attention = False
-        elif not return_array and self.owner.reads_exact_row(N):
-            return None  # one row, every slot read is valid: the unmasked (vector) kernel
-        return self.owner.window_mask(N, window_size)
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
-        W = keys.shape[2]
-        needed = self.owner.window_end(W)
-        self.key_parts = self._store(self.key_parts, self.encode(keys), needed, W)
-        self.value_parts = self._store(self.value_parts, self.encode(values), needed, W)
-        return self.fetch(self.key_parts, needed), self.fetch(self.value_parts, needed)
-
-    def _store(
-        self, parts: list[mx.array], new: list[mx.array], needed: int, W: int
-    ) -> list[mx.array]:
-        """Write the window (`new`, parts [B, H, W, *]) at each row's own slots; rows past the
-        batch (spare ones, `row_capacity`) get zeros at slots [0, W), which nobody reads."""
-        parts = reserve_slots(parts, new, needed)
-        slots = self.owner.window_slots(W)  # [B, 1, W, 1]
-        R, B = parts[0].shape[0], new[0].shape[0]
-        if R > B:
-            slots = self.owner.shared(("spare_slots", W, R), lambda: spare_slots(slots, R))
-            new = [mx.pad(n, [(0, R - B), (0, 0), (0, 0), (0, 0)]) for n in new]
-        return [_write(old, n, slots) for old, n in zip(parts, new)]
-
-    # -- what a slot stores (QuantizedRaggedKVCache overrides these two) ----------------------
-    def encode(self, x: mx.array) -> list[mx.array]:
-        return [x]
-
-    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        return parts[0][: self.owner.num_rows, :, :needed, :]
-
-    # -- storage ----------------------------------------------------------------------------
-    def arrays(self) -> list[mx.array]:
-        return self.key_parts + self.value_parts
-
-    def on_commit(self, n: np.ndarray | mx.array, whole: bool = False) -> None:
-        pass  # kept tokens are already in place; the owner's lengths say where rows end
-
-    def take_rows(self, rows: mx.array, max_len: int) -> None:
-        cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
-        self.key_parts = [p[rows, :, :cap] for p in self.key_parts]
-        self.value_parts = [p[rows, :, :cap] for p in self.value_parts]
-
-    def place_rows(self, dest: list[int], moved: list[mx.array]) -> None:
-        """Rows `dest` take `moved` (this layer's parts' rows that replace them,
-        keys' then values', evaluated: a lazy gather of the same array would keep MLX from
-        updating its buffer in place); the array keeps its rows (`BatchCache.keep_rows`)."""
-        n = len(self.key_parts)
-        self.key_parts = [put_rows(p, dest, m) for p, m in zip(self.key_parts, moved[:n])]
-        self.value_parts = [put_rows(p, dest, m) for p, m in zip(self.value_parts, moved[n:])]
-
-    def append_rows(
-        self, other: RaggedKVCache, num_self: int, num_other: int, capacity: int = 0
-    ) -> None:
-        self.key_parts = append_parts(
-            self.key_parts, other.key_parts, num_self, num_other, capacity
-        )
-        self.value_parts = append_parts(
-            self.value_parts, other.value_parts, num_self, num_other, capacity
-        )
-
-
-class QuantizedRaggedKVCache(RaggedKVCache):
-    """A ragged layer cache whose slots are quantized one position at a time (workers/kv_quant);
-    attention reads them decoded to floats (the CPU path)."""
-
-    def __init__(self, owner: CacheOwner, quant: KVQuant):
-        super().__init__(owner)
-        self.quant = quant
-
-    def encode(self, x: mx.array) -> list[mx.array]:
-        return self.quant.encode(x)
-
-    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        w, scales, biases = (p[: self.owner.num_rows, :, :needed, :] for p in parts)
-        return self.quant.decode(w, scales, biases)
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Fetched, Fetched]:
-        if keys.shape[3] != values.shape[3]:  # head dims differ: keys and values apart
-            return super().update_and_fetch(keys, values)
-        # Keys and values side by side as heads, [B, 2H, W, D] (keys first): one quantize, one
-        # scatter per part and one decode per layer instead of two -- on the CPU each op's
-        # fixed cost is a large share of a small model's round. Each slot keeps its own groups.
-        H, W = keys.shape[1], keys.shape[2]
-        needed = self.owner.window_end(W)
-        new = self.encode(mx.concatenate([keys, values], axis=1))
-        self.key_parts = self._store(self.key_parts, new, needed, W)
-        return self.split(self.key_parts, needed, H)
-
-    def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
-        both = self.fetch(parts, needed)  # [B, 2H, S, D]
-        assert isinstance(both, mx.array)
-        return both[:, :H], both[:, H:]
-
-
-class PackedReadKVCache(QuantizedRaggedKVCache):
-    """The same slots, read packed: `bits` and `group_size` are what mlx-lm's attention looks
-    for to use quantized_matmul (the GPU path)."""
-
-    def __init__(self, owner: CacheOwner, quant: KVQuant):
-        super().__init__(owner, quant)
-        self.bits, self.group_size = quant.bits, quant.group_size
-
-    def fetch(self, parts: list[mx.array], needed: int) -> Fetched:
-        return tuple(p[: self.owner.num_rows, :, :needed, :] for p in parts)
-
-    def split(self, parts: list[mx.array], needed: int, H: int) -> tuple[Fetched, Fetched]:
-        B = self.owner.num_rows
-        return (
-            tuple(p[:B, :H, :needed] for p in parts),
-            tuple(p[:B, H:, :needed] for p in parts),
-        )
-
-
-def reserve_slots(parts: list[mx.array], new: list[mx.array], needed: int) -> list[mx.array]:
-    """Grow each stored part's slot axis to hold `needed` slots (in STEP multiples); `new`
-    (the window's encoded parts, [B, H, W, *]) gives the shapes and dtypes of a first one."""
-    cap = parts[0].shape[2] if parts else 0
-    if needed <= cap:
-        return parts
-    new_cap = ((needed + STEP - 1) // STEP) * STEP
-    grown = []
-    for i, n in enumerate(new):
-        B, H, _, D = parts[i].shape if parts else n.shape  # the stored rows (spare ones too)
-        grow = mx.zeros((B, H, new_cap - cap, D), n.dtype)
-        grown.append(mx.concatenate([parts[i], grow], axis=2) if parts else grow)
-    return grown
-
-
-def _write(stored: mx.array, new: mx.array, slots: mx.array) -> mx.array:
-    """Scatter the window [B, H, W, D] at each row's own slots [B, 1, W, 1]."""
-    return mx.put_along_axis(stored, mx.broadcast_to(slots, new.shape), new, axis=2)
 
 
 class BatchCache:
@@ -399,7 +223,7 @@ class BatchCache:
     def keep_rows(self, keep: Sequence[int]) -> None:
         """Keep only the rows `keep` (old row indices), in that order: row i becomes old row
         keep[i]. With `row_capacity`, an order of `fill_holes`' form moves only the rows that
-        fill holes, in place; any other order gathers every row."""
+        fill holes, in place (workers/cache_rows.py); any other order gathers every row."""
         keep_idx = list(keep)
         # The window array describes the last forward, which may predate rows that joined since
         # (a round that drafted nothing runs no draft forward): index it one entry per row.
@@ -407,55 +231,25 @@ class BatchCache:
         self.lengths = self.lengths[keep_idx] if keep_idx else np.zeros(0, dtype=np.int64)
         rows = mx.array(np.asarray(keep_idx, dtype=np.int32))
         max_len = int(self.lengths.max(initial=0))
-        in_place = self._moves(keep_idx, max_len)
-        if keep_idx and in_place is not None:
-            dest, src = in_place
-            kv = [x for x in self.layers if isinstance(x, RaggedKVCache) and x.key_parts]
-            if dest:
-                moved = [[p[src] for p in x.key_parts + x.value_parts] for x in kv]
-                mx.eval(moved)  # see RaggedKVCache.place_rows
-                for kv_layer, rows_moved in zip(kv, moved):
-                    kv_layer.place_rows(dest, rows_moved)
-            for layer in self.layers:
-                if not isinstance(layer, RaggedKVCache):
-                    layer.take_rows(rows, max_len)
-        elif keep_idx:
+        if not keep_idx:
+            self.layers = [self._layer(rec) for rec in self.recurrent]
+        elif not (
+            self.row_capacity
+            and keep_in_place(self.layers, keep_idx, rows, max_len, slot_capacity(max_len))
+        ):
             for layer in self.layers:
                 layer.take_rows(rows, max_len)
-        else:
-            self.layers = [self._layer(rec) for rec in self.recurrent]
         self.window_valid = window[keep_idx] if keep_idx else self.lengths.copy()
         # The device lengths may be ahead of the host's bounds (a round in flight): gather them.
         self.lengths_mx = self.lengths_mx[rows] if keep_idx else mx.zeros(0, dtype=mx.int32)
 
-    def _moves(self, keep: list[int], max_len: int) -> tuple[list[int], mx.array] | None:
-        """(dest, src: [n] int32) where `keep` only moves rows from past its end into holes
-        before it (`fill_holes`), the arrays keep spare rows (`row_capacity`), at least half
-        their rows stay and no layer's slots would shrink (a gather trims them to the rows
-        left, bounding the memory spare rows and slots hold); else None."""
-        if not self.row_capacity:
-            return None
-        n = len(keep)
-        held = [parts[0].shape[0] for x in self.layers if (parts := _kv_parts(x))]
-        if held and 2 * n < held[0]:
-            return None  # fewer than half the rows left: gathered, the arrays shrink to them
-        dest = [i for i, j in enumerate(keep) if j != i]
-        if any(keep[i] < n for i in dest):
-            return None  # a permutation of kept rows: gathered
-        cap = max(STEP, ((max_len + STEP - 1) // STEP) * STEP)
-        if any(parts[0].shape[2] != cap for x in self.layers if (parts := _kv_parts(x))):
-            return None
-        return dest, mx.array(np.array([keep[i] for i in dest], dtype=np.int32))
-
     def append(self, other: BatchCache) -> None:
         """Append other's rows after ours (new requests joining a running batch)."""
         assert other.recurrent == self.recurrent and other.quant == self.quant
-        capacity = self.row_capacity
-        slots = max((p.shape[2] for x in (*self.layers, *other.layers) for p in _kv_parts(x)[:1]),
-                    default=0)  # fmt: skip
-        if capacity and self.slot_budget and slots:
-            rows = self.num_rows + other.num_rows
-            capacity = min(capacity, max(rows, self.slot_budget // slots))
+        rows = self.num_rows + other.num_rows
+        capacity = join_capacity(
+            [*self.layers, *other.layers], rows, self.row_capacity, self.slot_budget
+        )
         for mine, theirs in zip(self.layers, other.layers):
             mine.append_rows(theirs, self.num_rows, other.num_rows, capacity)
         self.exact = self.exact and other.exact
@@ -473,11 +267,6 @@ class BatchCache:
 
     def state_arrays(self) -> list[mx.array]:
         return [a for layer in self.layers for a in layer.arrays()]
-
-
-def _kv_parts(layer: LayerCache) -> list[mx.array]:
-    """An attention layer's key parts (none yet, or a recurrent layer: [])."""
-    return layer.key_parts if isinstance(layer, RaggedKVCache) else []
 
 
 def layer_kinds(model: object) -> list[bool]:

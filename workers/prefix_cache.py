@@ -38,7 +38,8 @@ import mlx.core as mx
 import numpy as np
 
 from workers import launch
-from workers.kv_cache import STEP, BatchCache
+from workers.kv_cache import BatchCache
+from workers.kv_layers import slot_capacity
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class PrefixCache:
         if not cached.any():
             return cached
         some = next(c[0] for c in chains if c)
-        cap = max(STEP, -(-int(cached.max()) // STEP) * STEP)
+        cap = slot_capacity(int(cached.max()))
 
         def rows_of(part: int, side: str) -> mx.array:  # [L, B, H, cap, *]
             rows = []

@@ -99,7 +99,7 @@ def test_bytes_per_token_is_what_the_arrays_hold(model, bits):
     assert engine.cache.num_rows == 3
     layers = engine.cache.layers
     rows, cap = layers[0].keys.shape[0], layers[0].keys.shape[2]  # type: ignore[attr-defined]
-    slots = rows * cap  # the arrays' rows: the batch's, and any spare ones (kv_cache.py)
+    slots = rows * cap  # the arrays' rows: the batch's, and any spare ones (cache_rows.py)
     held = sum(a.nbytes for a in engine.cache.state_arrays())
     assert held == engine.kv_bytes_per_token * slots
     numbers = 2 * 2 * 2 * 32  # layers x (k, v) x kv heads x head_dim

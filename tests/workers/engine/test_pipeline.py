@@ -15,7 +15,7 @@ import pytest
 
 from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
-from workers import Engine, SamplingParams, kv_cache, membership
+from workers import Engine, SamplingParams, kv_layers, membership
 from workers.drafters.mtp import MTPDrafter
 
 MAX_TOKENS = 24
@@ -225,19 +225,19 @@ def test_rows_leaving_and_joining_in_place_match_the_reference(setup, drafter, m
     the drafter, reordered with the rows, drafts as well as when every row keeps its order."""
     target, head, prompts, refs = setup
     seen = {"moves": 0, "joins_in_place": 0}
-    place_rows, append = kv_cache.RaggedKVCache.place_rows, kv_cache.append_parts
+    place_rows, append = kv_layers.RaggedKVCache.place_rows, kv_layers.append_parts
 
-    def counted_place_rows(layer, dest, moved):
-        seen["moves"] += 1
-        place_rows(layer, dest, moved)
+    def counted_place_rows(layer, dest, moved, rows, max_len):
+        seen["moves"] += bool(dest)
+        place_rows(layer, dest, moved, rows, max_len)
 
     def counted_append(mine, theirs, num_self, num_other, capacity=0):
         if capacity and mine and theirs and mine[0].shape[0] >= num_self + num_other:
             seen["joins_in_place"] += 1
         return append(mine, theirs, num_self, num_other, capacity)
 
-    monkeypatch.setattr(kv_cache.RaggedKVCache, "place_rows", counted_place_rows)
-    monkeypatch.setattr(kv_cache, "append_parts", counted_append)
+    monkeypatch.setattr(kv_layers.RaggedKVCache, "place_rows", counted_place_rows)
+    monkeypatch.setattr(kv_layers, "append_parts", counted_append)
     lengths = [MAX_TOKENS - 7 * (i % 3) for i in range(len(prompts))]  # 24, 17, 10, ...
 
     def run() -> tuple[dict[str, list[int]], int]:

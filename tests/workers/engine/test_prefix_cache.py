@@ -218,3 +218,48 @@ def test_hybrid_model_refuses_with_a_reason(caplog):
     sp = SamplingParams(max_tokens=4)
     outs = engine.generate([BASE, BASE], sp)
     assert outs[0].tokens == outs[1].tokens and outs[1].num_cached_tokens == 0
+
+
+def test_blocks_hold_their_rows_slots_layer_by_layer(target):
+    """Each inserted block holds, for every attention layer, exactly the slots of the row it was
+    copied from: rows whose first blocks are already cached add only their new blocks (four,
+    then one), copied from their own rows of a three-row prefill (keys and values, fp32, bit for bit). Each
+    block owns its memory: no block's buffer lies in another's or in the prefill cache's (a
+    view would keep a whole span alive after its other blocks are evicted)."""
+    from workers.forward import prefill
+    from workers.kv_cache import BatchCache
+    from workers.prefix_cache import PrefixCache
+
+    cache = BatchCache.for_model(target, num_rows=3)
+    second = BASE[:16] + _other(33, 6)  # blocks 0-1 shared with BASE, 2-5 its own
+    third = BASE[:40] + _other(9, 7)  # blocks 0-4 shared, 5 its own: a lone new block
+    prefill(target, cache, [BASE, second, third], step_size=512)
+    pc = PrefixCache(4096, BS)
+    rows = [BASE[:48], second[:48], third[:48]]
+    for row, tokens in enumerate(rows):
+        pc.insert(tokens, cache, row)
+    assert pc.used_tokens == 11 * BS  # 6 of BASE's, 4 new of the second's, 1 of the third's
+    for row, tokens in enumerate(rows):
+        chain = pc.lookup(tokens, len(tokens))
+        assert len(chain) == 6
+        for b, block in enumerate(chain):
+            for side, parts in (("key_parts", block.keys), ("value_parts", block.values)):
+                want = np.stack(
+                    [
+                        np.array(getattr(x, side)[0][row, :, b * BS : (b + 1) * BS])
+                        for x in cache.layers
+                    ]
+                )
+                np.testing.assert_array_equal(np.array(parts[0]), want, f"row {row} block {b}")
+    arrays = [a for b in pc._lru.values() for a in (*b.keys, *b.values)]
+    arrays += [p for x in cache.layers for p in (*x.key_parts, *x.value_parts)]
+    spans = sorted(_buffer_span(a) for a in arrays)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), "shared buffers"
+
+
+def _buffer_span(a) -> tuple[int, int]:
+    """[first, last + 1) bytes of the memory an evaluated MLX array reads (zero-copy via numpy)."""
+    x = np.asarray(a)
+    first = x.__array_interface__["data"][0]
+    last = first + sum((n - 1) * s for n, s in zip(x.shape, x.strides)) + x.itemsize
+    return first, last
