@@ -20,7 +20,8 @@ from workers import launch
 from workers.backend import Backend
 from workers.compiled_step import COMPILE_ENV
 from workers.drafters.base import DraftRequest, greedy_select
-from workers.drafters.mtp import MTPDrafter, Pairs
+from workers.drafters.mtp import MTPDrafter
+from workers.drafters.mtp_pairs import Pairs
 from workers.mtp.host_head import HostCache, HostHead
 
 # "1" / "0": run MTP heads' steps on the host or not (unset: where MLX computes in launch, the
