@@ -116,11 +116,16 @@ def targets_section() -> list[str]:
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
     g51 = _load("s51/device/gpu_h200.json")  # stop 51's tree, a fresh machine, B = 1 / 8 / 32
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
-    # on 2832b19, 5 on the review mend's tree, kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
+    # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
     # warm-up) read 0.93 / 1.86; s48's batch-job medians counted cold runs' inflated ratios.
     demo_runs = [
         {**r, "tree": "after"}
-        for f in ("s50/demo_runs.json", "s50/demo_runs_2.json", "s50/demo_runs_final.json")
+        for f in (
+            "s50/demo_runs.json",
+            "s50/demo_runs_2.json",
+            "s50/demo_runs_final.json",
+            "s51/demo_runs.json",  # stop 51's final tree (the split: the same rounds)
+        )
         for r in (_load(f) or {}).get("runs", [])
     ]
     bg_b1 = _load("s48/bg_b1_cpu.json")  # MTP and BatchGenerator at B = 1 in turns
