@@ -63,7 +63,7 @@ def _moves(
     (a gather trims them to the rows left, bounding the memory spare rows and slots hold);
     else None."""
     n = len(keep)
-    firsts = [parts[0] for x in layers if (parts := x.row_parts())]
+    firsts = _first_parts(layers)
     if firsts and 2 * n < firsts[0].shape[0]:
         return None  # fewer than half the rows left: gathered, the arrays shrink to them
     dest = [i for i, j in enumerate(keep) if j != i]
@@ -80,10 +80,15 @@ def join_capacity(
     """Rows the arrays of `layers` (ours and the joiners') may hold once `rows` rows are in:
     `row_capacity`, cut to what `slot_budget` tokens of KV allow at their widest slot axis
     (never below `rows`); 0 (no spare rows) stays 0."""
-    slots = max((x.row_parts()[0].shape[2] for x in layers if x.row_parts()), default=0)
+    slots = max((p.shape[2] for p in _first_parts(layers)), default=0)
     if row_capacity and slot_budget and slots:
         return min(row_capacity, max(rows, slot_budget // slots))
     return row_capacity
+
+
+def _first_parts(layers: Sequence[LayerCache]) -> list[mx.array]:
+    """Each layer's first row part [R, H, S, *] (layers without row parts, or none yet: none)."""
+    return [parts[0] for x in layers if (parts := x.row_parts())]
 
 
 def spare_rows(needed: int, held: int, capacity: int) -> int:
@@ -106,19 +111,9 @@ def put_rows(stored: mx.array, dest: list[int], rows: mx.array) -> mx.array:
     whole array: 17.2 against 4.7 ms for two rows of 16, bench/results/s50/row_ops_cpu.txt).
     `rows` must be evaluated: a lazy gather of `stored` would keep its buffer from donation."""
     for k, i in enumerate(dest):
-        stored = mx.slice_update(stored, rows[k : k + 1], _row_start(i), axes=(0, 1, 2, 3))
+        start = mx.array([i, 0, 0, 0])
+        stored = mx.slice_update(stored, rows[k : k + 1], start, axes=(0, 1, 2, 3))
     return stored
-
-
-_ROW_STARTS: dict[int, mx.array] = {}
-
-
-def _row_start(i: int) -> mx.array:
-    """[4] int32 (i, 0, 0, 0), made once per row index (every layer's parts use it)."""
-    start = _ROW_STARTS.get(i)
-    if start is None:
-        start = _ROW_STARTS[i] = mx.array([i, 0, 0, 0])
-    return start
 
 
 def append_parts(
@@ -147,7 +142,7 @@ def _into_spare_rows(
 ) -> list[mx.array]:
     needed = num_self + num_other
     cap = max(mine[0].shape[2], theirs[0].shape[2])
-    start = _row_start(num_self)
+    start = mx.array([num_self, 0, 0, 0])
     placed = []
     for m, t in zip(mine, theirs):
         m = pad_slots(m, cap)  # their prompts reach past our slots: a copy, as before
