@@ -26,6 +26,7 @@ import mlx.core as mx
 import workers.engine as engine_module
 import workers.membership as membership_module
 import workers.pipeline as pipeline_module
+import workers.pipelined_rounds as rounds_module
 import workers.prefill_job as prefill_job
 from bench.peers import add_workload_args, heldout_prompts
 from bench.step_log import Step, log_steps
@@ -101,7 +102,8 @@ def instrument(engine: Engine, parts: bool) -> Split:
     split = Split()
     for name in ("_launch", "_collect", "_draft", "_forward", "_drop_finished", "_admit"):
         split.wrap(engine, name, scope=name == "_admit")
-    split.wrap(engine_module, "greedy_outcome")
+    split.wrap(rounds_module, "greedy_outcome")
+    split.wrap(rounds_module, "emit_round")  # pipelined rounds; the synchronous round's:
     split.wrap(engine_module, "emit_round")
     split.wrap(engine.cache, "commit_lazy", "cache.commit_lazy")
     if engine.drafter is not None:
@@ -123,7 +125,7 @@ def instrument(engine: Engine, parts: bool) -> Split:
             engine, "_draft", lambda p: [p.device_tokens()] if p.tokens.shape[1] else []
         )
         split.dispatch_after(engine, "_forward", lambda logits: [logits])
-        split.dispatch_after(engine_module, "greedy_outcome", list)
+        split.dispatch_after(rounds_module, "greedy_outcome", list)
         split.dispatch_after(engine.cache, "commit_lazy", lambda _: engine.cache.state_arrays())
     return split
 

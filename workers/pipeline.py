@@ -2,7 +2,7 @@
 
 While every row is greedy (no penalties) and the drafter keeps its state on the device (MTP
 head, none, or a host drafter the depth policy set to 0), the engine *launches* round N+1
-before it *collects* round N (workers/engine.py `_pipelined_step`): everything N+1 needs from
+before it *collects* round N (workers/pipelined_rounds.py `_pipelined_step`): everything N+1 needs from
 N (each row's accept count, its last token, the MTP pairs, the cache lengths) stays on the
 device as lazy arrays, so building N+1 reads nothing back, and the host's emit, stop checks
 and bookkeeping for N run while the device computes N+1 (`mx.async_eval`, as mlx-lm's
@@ -38,7 +38,7 @@ class Flight:
     logprobs: mx.array | None  # [B, K+1]
     width: int  # K + 1: the most tokens a row can have committed
     # host seconds spent building and launching it, less any wait for the launch before it
-    # (a hand-off to the launcher thread, workers/engine.py `_pipelined_step`)
+    # (a hand-off to the launcher thread, workers/pipelined_rounds.py `_pipelined_step`)
     launch_s: float = 0.0
     wait_s: float = 0.0  # seconds waited for it before the next launch (CPU, Engine)
     # Launched from a launcher thread (workers/launch.py): its ticket, and the arrays the host

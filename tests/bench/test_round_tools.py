@@ -6,7 +6,7 @@ import time
 
 import mlx.core as mx
 
-import workers.engine as engine_module
+import workers.pipelined_rounds as rounds_module
 import workers.prefill_job as prefill_job
 from bench.p5_pairs import ab_row_linear
 from bench.round_split import force_prefill_cut, instrument
@@ -20,7 +20,7 @@ PROMPTS = [[5, 6, 7, 8, 9] * 4, [11, 12, 13] * 5, [20, 21] * 9]
 def test_round_split_times_each_phase_and_parts_within_the_wall():
     engine = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
     sp = SamplingParams(max_tokens=6, ignore_eos=True)
-    originals = (mx.async_eval, mx.eval, engine_module.greedy_outcome, Flight.read_back)
+    originals = (mx.async_eval, mx.eval, rounds_module.greedy_outcome, Flight.read_back)
     split = instrument(engine, parts=True)
     try:
         t0 = time.perf_counter()
@@ -30,7 +30,7 @@ def test_round_split_times_each_phase_and_parts_within_the_wall():
         split.restore()
     # Nothing stays patched for the process's later engines (the wrappers once leaked into
     # every later test: extra evaluations inside the rounds they built).
-    assert (mx.async_eval, mx.eval, engine_module.greedy_outcome, Flight.read_back) == originals
+    assert (mx.async_eval, mx.eval, rounds_module.greedy_outcome, Flight.read_back) == originals
     assert "_launch" not in vars(engine) and "commit_lazy" not in vars(engine.cache)
     got = split.seconds
     for phase in ("_launch", "_forward", "_draft", "_admit", "dispatch:_forward",
