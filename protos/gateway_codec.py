@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf.message import DecodeError
-from google.protobuf.unknown_fields import UnknownFieldSet
-
 from contract.limits import MAX_STOP_SEQUENCES
 from contract.requests import Delta, GenerateInput, SchedulerError, Usage
 from contract.status import StatusCode
 from contract.types import SamplingParams
 from protos.specfleet.v1 import gateway_pb2 as pb
+from protos.strict_pb import StrictPbError, parse_strict
 
 INVALID = StatusCode.INVALID_ARGUMENT
 SCHEMA = "schema v1"
@@ -28,30 +26,12 @@ SCHEMA = "schema v1"
 
 # -- strict parsing -------------------------------------------------------------------------
 def parse(cls: Any, raw: bytes) -> Any:
-    """A request message from bytes. gRPC's own deserializer would answer INTERNAL for
-    malformed bytes and silently drop unknown fields; both are INVALID_ARGUMENT here."""
+    """A request message from bytes: malformed protobuf and unknown fields at any depth (a
+    misspelt Sampling field) are INVALID_ARGUMENT (protos/strict_pb.py)."""
     try:
-        msg = cls.FromString(raw)
-    except DecodeError as e:
-        raise SchedulerError(INVALID, f"{cls.__name__}: malformed protobuf: {e}") from None
-    check_known(msg, cls.__name__)
-    return msg
-
-
-def check_known(msg: Any, where: str) -> None:
-    """Refuse unknown fields at any depth (a misspelt Sampling field is not silently dropped)."""
-    unknown = UnknownFieldSet(msg)
-    if len(unknown):
-        nums = sorted({f.field_number for f in unknown})
-        raise SchedulerError(INVALID, f"{where}: unknown field number(s) {nums} ({SCHEMA})")
-    for field, value in msg.ListFields():
-        if field.message_type is None:
-            continue
-        if field.is_repeated:
-            for i, item in enumerate(value):
-                check_known(item, f"{where}.{field.name}[{i}]")
-        else:
-            check_known(value, f"{where}.{field.name}")
+        return parse_strict(cls, raw)
+    except StrictPbError as e:
+        raise SchedulerError(INVALID, f"{e} ({SCHEMA})") from None
 
 
 _RANGES = {  # protobuf's "Value out of range" names no field: say which, and the range

@@ -1,7 +1,9 @@
 """The worker wire format (protos/specfleet/v1/worker.proto, schema v1), both directions, for
 both sides: the scheduler's links encode batches and decode events and Info with it, the
 worker's server decodes batches and encodes events and Info with it. Schema, limits,
-validation, encode and decode live here and nowhere else, so the two sides cannot disagree.
+validation, encode and decode live here and nowhere else, so the two sides cannot disagree
+(the field checks it reads with are protos/msgpack_fields.py; its strict protobuf parse,
+shared with the gateway's codec, protos/strict_pb.py).
 
 Protobuf is the envelope; bodies are msgpack maps tagged with a content type and schema
 version; token ids travel as packed little-endian uint32 `bin` values (protos/packing.py).
@@ -24,13 +26,21 @@ from typing import Any
 
 import msgpack
 from google.protobuf import message as pb_message
-from google.protobuf import unknown_fields
 
 from contract.limits import MAX_STOP_SEQUENCES, MAX_WIRE_ID_CHARS
 from contract.status import StatusCode, WorkerState
 from contract.types import EngineInfo, RequestOutput, SamplingParams
-from protos.packing import pack_f32, pack_u32, unpack_f32, unpack_u32
+from protos.msgpack_fields import (
+    WireError,
+    expect_list,
+    expect_map,
+    expect_str,
+    unpack_body,
+    unpack_tokens,
+)
+from protos.packing import pack_f32, pack_u32, unpack_f32
 from protos.specfleet.v1 import worker_pb2 as pb
+from protos.strict_pb import StrictPbError, check_known, parse_strict
 
 SCHEMA_VERSION = 1
 CT_BATCH = "application/vnd.specfleet.batch+msgpack"
@@ -55,16 +65,6 @@ _BOOLS = tuple(n for n, f in PARAM_FIELDS.items() if f.type == "bool")
 _FLOATS = tuple(n for n, f in PARAM_FIELDS.items() if f.type == "float")
 _INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}
 INVALID = StatusCode.INVALID_ARGUMENT
-
-
-class WireError(Exception):
-    """A message (or one request in it) that cannot be read; `code` is the status to answer."""
-
-    def __init__(self, code: StatusCode, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.code = code
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -116,45 +116,7 @@ class WorkerInfo:
     engine: EngineInfo
 
 
-# ---------------------------------------------------------------- primitives
-
-
-def pack_tokens(tokens: list[int] | tuple[int, ...]) -> bytes:
-    return pack_u32(tokens)
-
-
-def unpack_tokens(data: object, where: str) -> list[int]:
-    try:
-        return unpack_u32(data)
-    except ValueError as e:
-        raise WireError(INVALID, where, str(e)) from None
-
-
-def expect_map(obj: object, name: str, allowed: frozenset[str] | dict) -> dict:
-    if not isinstance(obj, dict):
-        raise WireError(INVALID, name, f"expected a map, got {type(obj).__name__}")
-    extra = sorted(str(k) for k in obj if k not in allowed)
-    if extra:
-        raise WireError(
-            INVALID, f"{name}.{extra[0]}", f"unknown key; allowed keys are {sorted(allowed)}"
-        )
-    return obj
-
-
-def expect_list(obj: object, name: str, max_len: int) -> list:
-    if not isinstance(obj, list):
-        raise WireError(INVALID, name, f"expected an array, got {type(obj).__name__}")
-    if len(obj) > max_len:
-        raise WireError(
-            StatusCode.RESOURCE_EXHAUSTED, name, f"{len(obj)} entries exceeds the limit {max_len}"
-        )
-    return obj
-
-
-def expect_str(obj: object, name: str) -> str:
-    if not isinstance(obj, str) or not obj:
-        raise WireError(INVALID, name, f"expected a non-empty string, got {obj!r:.80}")
-    return obj
+# ---------------------------------------------------------------- envelope
 
 
 def _payload(content_type: str, body: object) -> pb.Payload:
@@ -165,22 +127,18 @@ def _payload(content_type: str, body: object) -> pb.Payload:
     )
 
 
-def _check_no_unknown_fields(msg: pb_message.Message, name: str) -> None:
-    unknown = unknown_fields.UnknownFieldSet(msg)
-    if len(unknown):
-        numbers = sorted({f.field_number for f in unknown})
-        raise WireError(
-            INVALID, name, f"unknown protobuf field number(s) {numbers} (schema v{SCHEMA_VERSION})"
-        )
+def _check_known(msg: pb_message.Message, name: str) -> None:
+    try:
+        check_known(msg, name)
+    except StrictPbError as e:
+        raise WireError(INVALID, e.where, f"{e.detail} (schema v{SCHEMA_VERSION})") from None
 
 
 def _parse(cls: Any, data: bytes) -> Any:
     try:
-        msg = cls.FromString(data)
-    except pb_message.DecodeError as e:
-        raise WireError(INVALID, cls.__name__, f"malformed protobuf: {e}") from None
-    _check_no_unknown_fields(msg, cls.__name__)
-    return msg
+        return parse_strict(cls, data)
+    except StrictPbError as e:
+        raise WireError(INVALID, e.where, f"{e.detail} (schema v{SCHEMA_VERSION})") from None
 
 
 def _body(msg: Any, content_type: str, limits: CodecLimits) -> Any:
@@ -188,8 +146,7 @@ def _body(msg: Any, content_type: str, limits: CodecLimits) -> Any:
     name = type(msg).__name__
     if not msg.HasField("payload"):
         raise WireError(INVALID, f"{name}.payload", "missing")
-    payload = msg.payload
-    _check_no_unknown_fields(payload, f"{name}.payload")
+    payload = msg.payload  # its fields were checked with its message's (_parse, _check_known)
     if payload.schema_version != SCHEMA_VERSION:
         raise WireError(
             INVALID,
@@ -203,34 +160,7 @@ def _body(msg: Any, content_type: str, limits: CodecLimits) -> Any:
             f"{name}.payload.content_type",
             f"{payload.content_type!r}; expected {content_type!r}",
         )
-    return unpack_body(payload.body, f"{name}.payload.body", limits)
-
-
-def unpack_body(body: bytes, field_name: str, limits: CodecLimits) -> Any:
-    unpacker = msgpack.Unpacker(
-        None, raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.max_body_bytes
-    )
-    try:
-        unpacker.feed(body)
-    except msgpack.BufferFull:
-        raise WireError(
-            StatusCode.RESOURCE_EXHAUSTED,
-            field_name,
-            f"{len(body)} bytes exceeds max_body_bytes={limits.max_body_bytes}",
-        ) from None
-    try:
-        obj = unpacker.unpack()
-    except msgpack.OutOfData:
-        raise WireError(INVALID, field_name, "truncated or empty msgpack") from None
-    except Exception as e:  # msgpack raises several types (ValueError, FormatError, StackError ...)
-        raise WireError(
-            INVALID, field_name, f"malformed msgpack: {type(e).__name__}: {e}"
-        ) from None
-    if unpacker.tell() != len(body):
-        raise WireError(
-            INVALID, field_name, f"{len(body) - unpacker.tell()} trailing bytes after the map"
-        )
-    return obj
+    return unpack_body(payload.body, f"{name}.payload.body", limits.max_body_bytes)
 
 
 # ---------------------------------------------------------------- SamplingParams map
@@ -368,7 +298,7 @@ def decode_events(
     if isinstance(msg, bytes):
         msg = _parse(pb.SessionEvent, msg)
     else:
-        _check_no_unknown_fields(msg, "SessionEvent")
+        _check_known(msg, "SessionEvent")
     body = expect_map(_body(msg, CT_EVENTS, limits), "body", frozenset({"events"}))
     events = expect_list(body.get("events"), "events", limits.max_events_per_message)
     return [_read_event(ev, f"events[{i}]") for i, ev in enumerate(events)]

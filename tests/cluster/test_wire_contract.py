@@ -18,6 +18,7 @@ from google.protobuf import json_format
 from cluster import Client
 from cluster.client import InvalidRequestError
 from protos import worker_codec as codec
+from protos.packing import pack_u32
 from protos.specfleet.v1 import worker_pb2 as pb
 from tests.cluster.fake_engine import reference
 from tests.cluster.test_gateway import Running
@@ -67,8 +68,8 @@ def test_worker_refuses_one_request_and_keeps_the_session() -> None:
         session = client.channel.stream_stream("/specfleet.v1.Worker/Session")
         body = {
             "submit": [
-                {"id": "z" * 9, "prompt": codec.pack_tokens([1]), "params": {"max_tokens": 2}},
-                {"id": "ok", "prompt": codec.pack_tokens([3]), "params": {"max_tokens": 2}},
+                {"id": "z" * 9, "prompt": pack_u32([1]), "params": {"max_tokens": 2}},
+                {"id": "ok", "prompt": pack_u32([3]), "params": {"max_tokens": 2}},
             ],
             "abort": ["q" * 9],  # an over-long abort id cannot be running: nothing to do
         }

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protos import worker_codec as codec
+from protos.packing import pack_u32
 from protos.specfleet.v1 import worker_pb2 as pb
 from tests.workers.service.fake_engine import FakeEngine, expected_tokens
 from workers.service.grpc_client import WorkerClient
@@ -61,7 +62,7 @@ def batch_bytes(body: object, content_type: str = codec.CT_BATCH, version: int =
 
 
 def good(rid: str, prompt: list[int], **params) -> dict:
-    return {"id": rid, "prompt": codec.pack_tokens(prompt), "params": params}
+    return {"id": rid, "prompt": pack_u32(prompt), "params": params}
 
 
 @pytest.mark.parametrize(
@@ -288,7 +289,7 @@ real_item = st.fixed_dictionaries(
     {
         "id": st.text(min_size=1, max_size=6),
         "prompt": st.one_of(
-            st.lists(st.integers(0, 270), max_size=24).map(codec.pack_tokens),
+            st.lists(st.integers(0, 270), max_size=24).map(pack_u32),
             st.binary(max_size=24),
         ),
         "params": small_params,
