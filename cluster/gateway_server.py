@@ -70,7 +70,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         """Stream deltas; a caller that goes away cancels its request (if nobody else waits)."""
         done = False
         try:
-            async for d in self.sched.stream(state):
+            async for d in state.stream():
                 done = d.finished
                 yield d
         finally:
@@ -94,7 +94,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def _finals(self, states: list[RequestState]) -> list[Delta]:
         """Wait for the last delta of each request (futures, not a task per request); a caller
         that goes away cancels its requests that nobody else waits for."""
-        waiters = [self.sched.final(s) for s in states]
+        waiters = [s.final_waiter() for s in states]
         try:
             return await asyncio.gather(*(w.future for w in waiters))
         finally:

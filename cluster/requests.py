@@ -5,6 +5,7 @@ re-exported here under the names the scheduler uses."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -101,6 +102,61 @@ class RequestState:
             # The last attempt's hits, of the original prompt (a retry's prompt holds the output).
             cached_tokens=min(self.cur_cached, len(self.prompt)),
         )
+
+    def finish(
+        self,
+        reason: str,
+        code: str | None,
+        message: str | None,
+        last_tokens: list[int],
+        last_text: str,
+    ) -> None:
+        """End the request: its last delta carries `last_tokens` (already in `tokens`), their
+        text and the detokenizer's tail, and goes to every subscriber."""
+        tail = self.detok.flush() if self.detok else ""
+        self.text += tail
+        self.finished = True
+        self.final = Delta(
+            self.request_id,
+            last_text + tail,
+            list(last_tokens),
+            True,
+            reason,
+            code,
+            message,
+            self.usage(),
+            self.lp(self.logprobs[len(self.tokens) - len(last_tokens) :]),
+        )
+        self.publish(self.final)
+
+    async def stream(self) -> AsyncIterator[Delta]:
+        """Deltas from the request's start (a late subscriber gets a catch-up first)."""
+        q: asyncio.Queue[Delta] = asyncio.Queue()
+        first = self.catch_up()
+        if first.finished:
+            yield first
+            return
+        self.subscribers.append(q)
+        try:
+            if first.tokens:
+                yield first
+            while True:
+                d = await q.get()
+                yield d
+                if d.finished:
+                    return
+        finally:
+            self.subscribers.remove(q)
+
+    def final_waiter(self) -> FinalWaiter:
+        """Subscribe to the last delta only (cheaper than `stream` for unary calls); the caller
+        removes the waiter from `subscribers` when it stops waiting."""
+        waiter = FinalWaiter(asyncio.get_running_loop().create_future())
+        if self.final is not None:
+            waiter.future.set_result(self.final)
+        else:
+            self.subscribers.append(waiter)
+        return waiter
 
     def publish(self, delta: Delta) -> None:
         for q in self.subscribers:

@@ -32,14 +32,14 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from cluster import requests as rq
 from cluster.admission import EngineLimits, check_fits, new_request_state, pending_request
 from cluster.metrics import SchedulerMetrics
 from cluster.policy import Batch, BatchPolicy, Fleet, QueueFullError
-from cluster.requests import Delta, FinalWaiter, GenerateInput, RequestState, SchedulerError
+from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.scheduler_types import MAX_ATTEMPTS, SchedulerConfig, WorkerLink, WorkerSlot
 from cluster.tokenizer import TextTokenizer
 from cluster.worker_codec import WorkerRejection, WorkerStatus, WorkerSubmit
@@ -162,35 +162,6 @@ class Scheduler:
         ):
             self._kick()
         return state
-
-    async def stream(self, state: RequestState) -> AsyncIterator[Delta]:
-        """Deltas of a request from its start (late subscribers get a catch-up first)."""
-        q: asyncio.Queue[Delta] = asyncio.Queue()
-        first = state.catch_up()
-        if first.finished:
-            yield first
-            return
-        state.subscribers.append(q)
-        try:
-            if first.tokens:
-                yield first
-            while True:
-                d = await q.get()
-                yield d
-                if d.finished:
-                    return
-        finally:
-            state.subscribers.remove(q)
-
-    def final(self, state: RequestState) -> FinalWaiter:
-        """Subscribe to the request's last delta only (cheaper than `stream` for unary calls);
-        the caller removes the waiter from `state.subscribers` when it stops waiting."""
-        waiter = FinalWaiter(asyncio.get_running_loop().create_future())
-        if state.final is not None:
-            waiter.future.set_result(state.final)
-        else:
-            state.subscribers.append(waiter)
-        return waiter
 
     def cancel(self, request_id: str) -> bool:
         state = self.live.get(request_id)
@@ -411,21 +382,7 @@ class Scheduler:
             self._release(state)
             state.wire_id = None
         self.policy.cancel(state.request_id)
-        tail = state.detok.flush() if state.detok else ""
-        state.text += tail
-        state.finished = True
-        state.final = Delta(
-            state.request_id,
-            last_text + tail,
-            list(last_tokens or []),
-            True,
-            reason,
-            code,
-            message,
-            state.usage(),
-            state.lp(state.logprobs[len(state.tokens) - len(last_tokens or []) :]),
-        )
-        state.publish(state.final)
+        state.finish(reason, code, message, last_tokens or [], last_text)
         self.live.pop(state.request_id, None)
         outcome = self._outcomes.get(code or "ok")
         if outcome is None:

@@ -24,7 +24,7 @@ async def follow(
 ) -> AsyncIterator[Delta]:
     """The request's deltas; leaving early (cancel, close) cancels it if nobody else waits,
     after `grace_s` seconds in which a retry with the same request id may attach instead."""
-    inner = cast(AsyncGenerator[Delta, None], sched.stream(state))  # an async generator
+    inner = cast(AsyncGenerator[Delta, None], state.stream())  # an async generator
     done = False
     try:
         async for d in inner:

@@ -95,7 +95,7 @@ class Harness:
 async def collect(sched: Scheduler, state) -> tuple[list[int], Delta, int]:
     tokens, n = [], 0
     last = None
-    async for d in sched.stream(state):
+    async for d in state.stream():
         tokens += d.tokens
         n += 1
         last = d
