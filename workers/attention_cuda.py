@@ -10,9 +10,13 @@ as the mask would. On an H200 (32 query heads, 8 KV heads, head dim 128, bf16) o
 masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. A wider window re-reads
 the keys once per query: at 5 queries it won up to 128 slots (B=1/8/32: 15 / 32 / 71 us
 against 32 / 42 / 93 masked) and lost from 1024 on (B=8: 165 against 91 us), so windows of up
-to 8 tokens are routed here only while they read few slots or few keys in all (WIDE_MAX_SLOTS). (Grouping a KV
-head's query rows in one block, and splitting keys across blocks, still lost at 5 queries from
-1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
+to 8 tokens are routed here only while they read few slots or few keys in all
+(WIDE_MAX_SLOTS). (Grouping a KV head's query rows in one block, and splitting keys across
+blocks, still lost at 5 queries from 1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
+These per-call times are of many independent calls in one graph. For the same calls they read
+half of what Nsight Compute times launch by launch (B=1, 5 queries, 133 slots: 14-17 against
+26-36 us): calls that may overlap hide the latency that a forward's calls, one after another,
+pay. So the warps a block gets (FEW_BLOCKS) are chosen from launches timed one at a time.
 
 Routing: `install` replaces `scaled_dot_product_attention` in the modules of a model's
 attention layers (mlx-lm imports it by name into each model file) with `route`, which sends
@@ -49,20 +53,36 @@ _SOURCE = r"""
   float m = -INFINITY, l = 0.f, o[E];
   #pragma unroll
   for (int e = 0; e < E; ++e) o[e] = 0.f;
-  for (int j = warp; j <= limit; j += NW) {
-    const T* kp = kb + j * k_strides[2];
-    float s = 0.f;
+  // U keys a trip, their loads issued before the first use: a walk over keys in HBM is a
+  // chain of dependent loads otherwise. Keys past the limit read key 0 and are skipped.
+  for (int j0 = warp; j0 <= limit; j0 += NW * U) {
+    float s[U], vv[U][E];
     #pragma unroll
-    for (int e = 0; e < E; ++e) s += qv[e] * static_cast<float>(kp[e]);
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * NW <= limit ? j0 + u * NW : 0;
+      const T* kp = kb + j * k_strides[2];
+      const T* vp = vb + j * v_strides[2];
+      s[u] = 0.f;
+      #pragma unroll
+      for (int e = 0; e < E; ++e) s[u] += qv[e] * static_cast<float>(kp[e]);
+      #pragma unroll
+      for (int e = 0; e < E; ++e) vv[u][e] = static_cast<float>(vp[e]);
+    }
     #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
-    const float m_new = fmaxf(m, s);
-    const float corr = __expf(m - m_new), p = __expf(s - m_new);
-    l = l * corr + p;
-    const T* vp = vb + j * v_strides[2];
+    for (int u = 0; u < U; ++u) {
+      #pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s[u] += __shfl_xor_sync(0xffffffff, s[u], off);
+    }
     #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * static_cast<float>(vp[e]);
-    m = m_new;
+    for (int u = 0; u < U; ++u) {
+      if (j0 + u * NW > limit) break;
+      const float m_new = fmaxf(m, s[u]);
+      const float corr = __expf(m - m_new), p = __expf(s[u] - m_new);
+      l = l * corr + p;
+      #pragma unroll
+      for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * vv[u][e];
+      m = m_new;
+    }
   }
   __shared__ float sm[NW], sl[NW], so[NW][D];
   if (lane == 0) { sm[warp] = m; sl[warp] = l; }
@@ -86,7 +106,23 @@ _SOURCE = r"""
     for (int e = 0; e < E; ++e) op[e] = static_cast<T>(acc[e] / L);
   }
 """
-NUM_WARPS = 4
+# Warps a block, by how many blocks (rows x query heads x window) a call has. Each warp walks
+# its keys as a chain of dependent loads, so with few blocks the GPU idles on their latency:
+# at B = 1, 5-token window, 133 slots (6.6B shapes: 32 query heads of 128, 16 KV heads) one
+# call took 57-60 us with 4 warps inside a verify forward (Nsight Compute, one H200), against
+# 8.4 us for MLX's one-query kernel in the decode forward, and 47 with 16. Timed one launch at
+# a time with caches flushed (bench/results/s52/device/window_warps_ncu.sh), 16 warps won at
+# 160-1024 blocks (B = 1, W = 1 / 5: 14.6 / 27.9 against 30.5 / 36.4 us at 133 slots, 34.3 /
+# 38.9 against 98.8 / 84.4 at 512; B = 8, W = 1: 25.4 / 40.0 against 42.1 / 106.1) and 4
+# from 1280 on (B = 8, W = 5 / 8, 133 and 512 slots: 10-25% faster). The 4 warps first
+# chosen were timed with many independent calls in one graph, which MLX CUDA runs side by
+# side: that hides the latency a forward's calls, one after another, pay.
+FEW_BLOCKS = 1024
+FEW_BLOCKS_WARPS, NUM_WARPS = 16, 4
+# Keys a warp loads before it uses the first (U in the source). Inside the verify forward 4
+# took 41.5 us a call against 47.4 for 1 (16 warps), but launched alone with caches flushed
+# 20-35% longer: it stays 1 (the loop of the kernel before it) until a forward shows which.
+UNROLL = 1
 # Windows of 2-8 tokens take the kernel over at most WIDE_MAX_SLOTS slots (it won at every
 # size measured there), and up to WIDE_LONG_SLOTS while its key reads (rows x query heads x
 # window x slots x head dim) stay under WIDE_MAX_READS: a block walks a row's keys alone, so
@@ -109,6 +145,8 @@ def ragged_window_attention(
     v: mx.array,  # [B, Hk, S, D]
     lengths: mx.array,  # [B] int32 (BatchCache.lengths_mx): row r's tokens before the window
     scale: float,
+    num_warps: int | None = None,  # None: by the call's blocks (FEW_BLOCKS)
+    unroll: int | None = None,  # keys a warp loads before it uses the first (None: UNROLL)
 ) -> mx.array:
     """[B, Hq, W, D]: window query i of row r attends slots [0, lengths[r] + i]."""
     global _kernel
@@ -121,6 +159,7 @@ def ragged_window_attention(
             ensure_row_contiguous=False,  # k, v: strided views of the cache's slot axis
         )
     B, HQ, W, D = q.shape
+    NW = num_warps or (FEW_BLOCKS_WARPS if B * HQ * W <= FEW_BLOCKS else NUM_WARPS)
     if scale not in _scales:
         _scales[scale] = mx.array([scale], mx.float32)
     return _kernel(
@@ -131,10 +170,11 @@ def ragged_window_attention(
             ("HQ", HQ),
             ("HK", k.shape[1]),
             ("D", D),
-            ("NW", NUM_WARPS),
+            ("NW", NW),
+            ("U", unroll or UNROLL),
         ],  # fmt: skip
-        grid=(B * HQ * W * 32 * NUM_WARPS, 1, 1),
-        threadgroup=(32 * NUM_WARPS, 1, 1),
+        grid=(B * HQ * W * 32 * NW, 1, 1),
+        threadgroup=(32 * NW, 1, 1),
         output_shapes=[q.shape],
         output_dtypes=[q.dtype],
     )[0]

@@ -128,3 +128,34 @@ def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_
     assert not ask(D=80) and not ask(dtype=mx.float32) and not ask(hq=12)
     q = mx.zeros((2, 32, 1, 128), mx.bfloat16)
     assert not attention_cuda.serves(q, mx.zeros((2, 8, 40, 128), mx.bfloat16), mx.zeros(32))
+
+
+def _cuda() -> bool:
+    return bool(mx.cuda.is_available()) and mx.default_device() == mx.gpu
+
+
+@pytest.mark.skipif(not _cuda(), reason="the kernel runs on MLX CUDA only")
+@pytest.mark.parametrize("num_warps,unroll", [(4, 1), (16, 1), (16, 4), (None, None)])
+def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps, unroll):
+    """Every warps-a-block and keys-ahead setting (attention_cuda.FEW_BLOCKS) computes what a
+    masked fp32 attention does: ragged rows, windows of 1 and 5, keys past a row's length
+    unread (they hold large values here, so reading one would show)."""
+    B, HQ, HK, D, S = 3, 8, 2, 128, 70
+    lengths = mx.array([60, 3, 33], dtype=mx.int32)
+    for W in (1, 5):
+        mx.random.seed(W)
+        q = mx.random.normal((B, HQ, W, D)).astype(mx.bfloat16)
+        k = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
+        v = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
+        unread = mx.arange(S)[None, None, :, None] > (lengths[:, None, None, None] + W - 1)
+        k, v = mx.where(unread, 1e4, k), mx.where(unread, 1e4, v)
+        out = attention_cuda.ragged_window_attention(
+            q, k, v, lengths, D**-0.5, num_warps, unroll
+        ).astype(mx.float32)
+        kk = mx.repeat(k.astype(mx.float32), HQ // HK, axis=1)
+        vv = mx.repeat(v.astype(mx.float32), HQ // HK, axis=1)
+        scores = (q.astype(mx.float32) * D**-0.5) @ kk.transpose(0, 1, 3, 2)  # [B, HQ, W, S]
+        limit = lengths[:, None, None, None] + mx.arange(W)[None, None, :, None]
+        scores = mx.where(mx.arange(S)[None, None, None, :] <= limit, scores, -mx.inf)
+        ref = mx.softmax(scores, axis=-1) @ vv
+        assert mx.abs(out - ref).max().item() < 2e-2
