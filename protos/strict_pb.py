@@ -39,6 +39,11 @@ def check_known(msg: Any, where: str) -> None:
     for field, value in msg.ListFields():
         if field.message_type is None:
             continue
+        if field.message_type.GetOptions().map_entry:  # a map: its values may be messages
+            if field.message_type.fields_by_name["value"].message_type is not None:
+                for key, item in value.items():
+                    check_known(item, f"{where}.{field.name}[{key!r}]")
+            continue
         if field.is_repeated:
             for i, item in enumerate(value):
                 check_known(item, f"{where}.{field.name}[{i}]")

@@ -127,16 +127,14 @@ def _payload(content_type: str, body: object) -> pb.Payload:
     )
 
 
-def _check_known(msg: pb_message.Message, name: str) -> None:
+def _strict(msg: pb_message.Message | bytes, cls: Any) -> Any:
+    """`msg` as a `cls` message, parsed from bytes or as given, with no unknown field at any
+    depth (protos/strict_pb.py); a gRPC stub hands decoded messages, which are checked too."""
     try:
-        check_known(msg, name)
-    except StrictPbError as e:
-        raise WireError(INVALID, e.where, f"{e.detail} (schema v{SCHEMA_VERSION})") from None
-
-
-def _parse(cls: Any, data: bytes) -> Any:
-    try:
-        return parse_strict(cls, data)
+        if isinstance(msg, bytes):
+            return parse_strict(cls, msg)
+        check_known(msg, cls.__name__)
+        return msg
     except StrictPbError as e:
         raise WireError(INVALID, e.where, f"{e.detail} (schema v{SCHEMA_VERSION})") from None
 
@@ -146,7 +144,7 @@ def _body(msg: Any, content_type: str, limits: CodecLimits) -> Any:
     name = type(msg).__name__
     if not msg.HasField("payload"):
         raise WireError(INVALID, f"{name}.payload", "missing")
-    payload = msg.payload  # its fields were checked with its message's (_parse, _check_known)
+    payload = msg.payload  # its fields were checked with its message's (_strict)
     if payload.schema_version != SCHEMA_VERSION:
         raise WireError(
             INVALID,
@@ -227,7 +225,7 @@ def decode_batch(data: bytes, limits: CodecLimits) -> SessionBatch:
     """Serialized SessionRequest bytes -> SessionBatch. Envelope problems (and ids that are not
     strings: nothing to answer to) raise WireError; a problem of one request lands in
     SessionBatch.errors."""
-    msg = _parse(pb.SessionRequest, data)
+    msg = _strict(data, pb.SessionRequest)
     body = expect_map(_body(msg, CT_BATCH, limits), "body", BATCH_KEYS)
     batch = SessionBatch()
     items = expect_list(body.get("submit", []), "submit", limits.max_requests_per_batch)
@@ -295,10 +293,7 @@ def decode_events(
 ) -> list[RequestOutput | RequestError]:
     """SessionEvent (message or bytes) -> RequestOutput (delta/finish) and RequestError items."""
     limits = limits or CodecLimits()
-    if isinstance(msg, bytes):
-        msg = _parse(pb.SessionEvent, msg)
-    else:
-        _check_known(msg, "SessionEvent")
+    msg = _strict(msg, pb.SessionEvent)
     body = expect_map(_body(msg, CT_EVENTS, limits), "body", frozenset({"events"}))
     events = expect_list(body.get("events"), "events", limits.max_events_per_message)
     return [_read_event(ev, f"events[{i}]") for i, ev in enumerate(events)]
@@ -349,7 +344,7 @@ def _read_event(ev: object, where: str) -> RequestOutput | RequestError:
 
 
 def decode_info_request(data: bytes) -> pb.InfoRequest:
-    return _parse(pb.InfoRequest, data)
+    return _strict(data, pb.InfoRequest)
 
 
 def encode_info(info: WorkerInfo) -> pb.InfoResponse:
@@ -359,8 +354,7 @@ def encode_info(info: WorkerInfo) -> pb.InfoResponse:
 
 
 def decode_info(msg: pb.InfoResponse | bytes, limits: CodecLimits | None = None) -> WorkerInfo:
-    if isinstance(msg, bytes):
-        msg = _parse(pb.InfoResponse, msg)
+    msg = _strict(msg, pb.InfoResponse)
     body = _body(msg, CT_INFO, limits or CodecLimits())
     if not isinstance(body, dict):
         raise WireError(INVALID, "InfoResponse.payload.body", "expected a map")

@@ -75,7 +75,13 @@ def test_contract_is_plain_data() -> None:
 
 
 def test_wire_codecs_import_no_transport() -> None:
-    for name in ("worker_codec.py", "gateway_codec.py", "packing.py"):
+    for name in (
+        "worker_codec.py",
+        "gateway_codec.py",
+        "packing.py",
+        "strict_pb.py",
+        "msgpack_fields.py",
+    ):
         mods = {n.split(".")[0] for n in imports(ROOT / "protos" / name)}
         assert not mods & {"grpc", "mlx", "ray"}, name
 

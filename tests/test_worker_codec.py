@@ -147,6 +147,28 @@ def test_cached_tokens_beyond_the_prompt_are_refused() -> None:
         decode_events(encode_events([bad]).SerializeToString())
 
 
+def test_unknown_fields_are_refused_in_bytes_and_in_decoded_messages() -> None:
+    """A newer peer's field (number 9 here) is refused wherever it sits, whether the message
+    arrives as bytes or as the object a gRPC stub already decoded (the links pass those)."""
+    from protos.specfleet.v1 import worker_pb2
+
+    engine = EngineInfo("m", 256, 512, "ngram", 4, 8, 0, 0, 8, 4096, 0, [2], 1024, 64, "on")
+    info = encode_info(WorkerInfo("w", WorkerState.SERVING, engine)).SerializeToString()
+    events = encode_events([RequestOutput("a", [1])]).SerializeToString()
+    unknown = b"\x48\x01"  # field 9, varint 1
+    for decode, cls, data in ((decode_info, worker_pb2.InfoResponse, info),
+                              (decode_events, worker_pb2.SessionEvent, events)):  # fmt: skip
+        top = data + unknown  # an unknown field of the envelope
+        inner = cls.FromString(data)
+        inner.payload.MergeFromString(unknown)  # an unknown field of the payload
+        for bad, where in ((top, cls.__name__), (inner, f"{cls.__name__}.payload")):
+            for form in (bad if isinstance(bad, bytes) else bad.SerializeToString(),
+                         cls.FromString(bad) if isinstance(bad, bytes) else bad):  # fmt: skip
+                with pytest.raises(WireError, match="unknown protobuf field") as e:
+                    decode(form)
+                assert e.value.field == where
+
+
 # -- the scheduler's side: whatever a worker sends, decoding raises WireError or succeeds --------
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402

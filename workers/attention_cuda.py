@@ -16,7 +16,7 @@ blocks, still lost at 5 queries from 1024 slots on: B=8 at 4096 slots 425-435 ag
 These per-call times are of many independent calls in one graph. For the same calls they read
 half of what Nsight Compute times launch by launch (B=1, 5 queries, 133 slots: 14-17 against
 26-36 us): calls that may overlap hide the latency that a forward's calls, one after another,
-pay. So the warps a block gets (FEW_BLOCKS) are chosen from launches timed one at a time.
+pay. So the warps a block gets (FEW_ROW_HEADS) come from launches timed one at a time.
 
 Routing: `install` replaces `scaled_dot_product_attention` in the modules of a model's
 attention layers (mlx-lm imports it by name into each model file) with `route`, which sends
@@ -106,19 +106,23 @@ _SOURCE = r"""
     for (int e = 0; e < E; ++e) op[e] = static_cast<T>(acc[e] / L);
   }
 """
-# Warps a block, by how many blocks (rows x query heads x window) a call has. Each warp walks
-# its keys as a chain of dependent loads, so with few blocks the GPU idles on their latency:
-# at B = 1, 5-token window, 133 slots (6.6B shapes: 32 query heads of 128, 16 KV heads) one
-# call took 57-60 us with 4 warps inside a verify forward (Nsight Compute, one H200), against
-# 8.4 us for MLX's one-query kernel in the decode forward, and 47 with 16. Timed one launch at
-# a time with caches flushed (bench/results/s52/device/window_warps_ncu.sh), 16 warps won at
-# 160-1024 blocks (B = 1, W = 1 / 5: 14.6 / 27.9 against 30.5 / 36.4 us at 133 slots, 34.3 /
-# 38.9 against 98.8 / 84.4 at 512; B = 8, W = 1: 25.4 / 40.0 against 42.1 / 106.1) and 4
-# from 1280 on (B = 8, W = 5 / 8, 133 and 512 slots: 10-25% faster). The 4 warps first
-# chosen were timed with many independent calls in one graph, which MLX CUDA runs side by
-# side: that hides the latency a forward's calls, one after another, pay.
-FEW_BLOCKS = 1024
-FEW_BLOCKS_WARPS, NUM_WARPS = 16, 4
+# Warps a block. Each warp walks its keys as a chain of dependent loads, so with few blocks the
+# GPU idles on their latency: at B = 1, a 5-token window, 133 slots (6.6B shapes: 32 query
+# heads of 128, 16 KV heads) one call took 57-60 us with 4 warps inside a verify forward
+# (Nsight Compute, one H200) against 8.4 us for MLX's one-query kernel in the decode forward,
+# and 47 with 16. Launches timed one at a time with caches flushed
+# (bench/results/s52/device/window_warps_ncu.sh): 16 warps won at 160-1024 blocks (B = 1,
+# W = 1 / 5: 14.6 / 27.9 against 30.5 / 36.4 us at 133 slots, 34.3 / 38.9 against 98.8 / 84.4
+# at 512; B = 8, W = 1: 25.4 / 40.0 against 42.1 / 106.1); from 1280 on (B = 8, W = 5 / 8) 4
+# won by 10-25%, but with caches as left 16 still won at W = 5. The 4 warps first chosen were
+# timed as many independent calls in one graph, whose calls may overlap: that hides the
+# latency a forward's calls, one after another, pay.
+# The choice counts (row, query head) pairs, not blocks (those times the window), so a row's
+# decode step and its verify window at one batch size split their keys alike. 16 warps go to
+# B <= 8 at 32 query heads, where they were measured; B = 32 keeps 4 (one-token steps there,
+# launched alone at 1024 slots: 126 us with 16 against 183; windows not measured).
+FEW_ROW_HEADS = 256
+FEW_ROW_HEADS_WARPS, NUM_WARPS = 16, 4
 # Keys a warp loads before it uses the first (U in the source). Inside the verify forward 4
 # took 41.5 us a call against 47.4 for 1 (16 warps), but launched alone with caches flushed
 # 20-35% longer: it stays 1 (the loop of the kernel before it) until a forward shows which.
@@ -145,10 +149,16 @@ def ragged_window_attention(
     v: mx.array,  # [B, Hk, S, D]
     lengths: mx.array,  # [B] int32 (BatchCache.lengths_mx): row r's tokens before the window
     scale: float,
-    num_warps: int | None = None,  # None: by the call's blocks (FEW_BLOCKS)
+    num_warps: int | None = None,  # None: by the call's row-heads (FEW_ROW_HEADS); 1-32
     unroll: int | None = None,  # keys a warp loads before it uses the first (None: UNROLL)
 ) -> mx.array:
     """[B, Hq, W, D]: window query i of row r attends slots [0, lengths[r] + i]."""
+    B, HQ, W, D = q.shape
+    few = B * HQ <= FEW_ROW_HEADS
+    NW = num_warps if num_warps is not None else FEW_ROW_HEADS_WARPS if few else NUM_WARPS
+    U = unroll if unroll is not None else UNROLL
+    if not 1 <= NW <= 32 or U < 1:  # a block holds at most 1024 threads
+        raise ValueError(f"num_warps={NW}, unroll={U}: pass 1-32 warps and unroll >= 1")
     global _kernel
     if _kernel is None:
         _kernel = mx.fast.cuda_kernel(
@@ -158,8 +168,6 @@ def ragged_window_attention(
             source=_SOURCE,
             ensure_row_contiguous=False,  # k, v: strided views of the cache's slot axis
         )
-    B, HQ, W, D = q.shape
-    NW = num_warps or (FEW_BLOCKS_WARPS if B * HQ * W <= FEW_BLOCKS else NUM_WARPS)
     if scale not in _scales:
         _scales[scale] = mx.array([scale], mx.float32)
     return _kernel(
@@ -171,7 +179,7 @@ def ragged_window_attention(
             ("HK", k.shape[1]),
             ("D", D),
             ("NW", NW),
-            ("U", unroll or UNROLL),
+            ("U", U),
         ],  # fmt: skip
         grid=(B * HQ * W * 32 * NW, 1, 1),
         threadgroup=(32 * NW, 1, 1),

@@ -1,6 +1,7 @@
 """The engine's membership: requests arriving and aborting, prompts prefilling and joining the
 running batch, finished rows leaving, and what a depth policy is shown of the rows still to run
-(workers/engine.py runs the rounds; this is the rest of its step).
+(workers/engine.py and workers/pipelined_rounds.py run the rounds; this is the rest of its
+step).
 
 A mixin of `Engine`: the state it reads and writes is the engine's (declared below for type
 checkers), so tools that wrap an engine's methods by name (bench/round_split.py) still find them.

@@ -2,10 +2,10 @@
 
 While every row is greedy (no penalties) and the drafter keeps its state on the device (MTP
 head, none, or a host drafter the depth policy set to 0), the engine *launches* round N+1
-before it *collects* round N (workers/pipelined_rounds.py `_pipelined_step`): everything N+1 needs from
-N (each row's accept count, its last token, the MTP pairs, the cache lengths) stays on the
-device as lazy arrays, so building N+1 reads nothing back, and the host's emit, stop checks
-and bookkeeping for N run while the device computes N+1 (`mx.async_eval`, as mlx-lm's
+before it *collects* round N (workers/pipelined_rounds.py `_pipelined_step`): everything N+1
+needs from N (each row's accept count, its last token, the MTP pairs, the cache lengths) stays
+on the device as lazy arrays, so building N+1 reads nothing back, and the host's emit, stop
+checks and bookkeeping for N run while the device computes N+1 (`mx.async_eval`, as mlx-lm's
 generate_step overlaps its steps). A row that finished in N is found one round late: its slot
 in N+1 is computed, discarded, never emitted. Host cache lengths are upper bounds while a round
 is in flight (BatchCache.commit_lazy) and are tightened from the rows' histories when it is read.

@@ -1,6 +1,6 @@
 """The Starlette app: OpenAI and Anthropic routes over the gateway's scheduler.
 
-Every route goes through the same `Scheduler.submit` / `Scheduler.stream` as the gRPC gateway
+Every route goes through the same `Scheduler.submit` / `RequestState.stream` as the gRPC gateway
 (same tokenizer, same queue, same idempotency by request id). `X-Request-Id` becomes the
 scheduler's request id, so a retried call with the same header attaches to the running (or
 finished) request instead of running it twice; the response echoes it.

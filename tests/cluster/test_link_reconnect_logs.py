@@ -40,7 +40,7 @@ def test_reconnects_leave_no_pending_tasks(caplog: pytest.LogCaptureFixture) -> 
                     await asyncio.sleep(0.01)
                 assert slot.connections > connections
                 state = h.sched.submit(GenerateInput([7, i + 1], None, _params()))
-                tokens, _, _ = await collect(h.sched, state)
+                tokens, _, _ = await collect(state)
                 assert tokens == reference([7, i + 1], 3)
             gc.collect()
             await asyncio.sleep(0.05)

@@ -92,7 +92,7 @@ class Harness:
                 await asyncio.to_thread(s.stop, 0)
 
 
-async def collect(sched: Scheduler, state) -> tuple[list[int], Delta, int]:
+async def collect(state) -> tuple[list[int], Delta, int]:
     tokens, n = [], 0
     last = None
     async for d in state.stream():
@@ -118,7 +118,7 @@ def test_many_requests_exactly_match_reference() -> None:
                 )
                 for i, p in enumerate(ps)
             ]
-            results = await asyncio.gather(*(collect(h.sched, s) for s in states))
+            results = await asyncio.gather(*(collect(s) for s in states))
             for i, (p, (toks, last, _)) in enumerate(zip(ps, results)):
                 assert toks == reference(p, 5 + i % 11)
                 assert last.finish_reason == "length" and last.error is None
@@ -141,7 +141,7 @@ def test_fault_requeues_from_committed_prefix_exactly_once(fault: str) -> None:
                 h.sched.submit(GenerateInput(prompt=p, params=SamplingParams(max_tokens=40)))
                 for p in ps
             ]
-            tasks = [asyncio.create_task(collect(h.sched, s)) for s in states]
+            tasks = [asyncio.create_task(collect(s)) for s in states]
             # Wait until worker 0 holds requests with tokens already delivered.
             for _ in range(500):
                 mid = [s for s in states if s.worker_id == "w0" and 0 < len(s.tokens) < 30]
@@ -176,7 +176,7 @@ def test_fault_requeues_from_committed_prefix_exactly_once(fault: str) -> None:
                 s = h.sched.submit(
                     GenerateInput(prompt=[1, 2, 3], params=SamplingParams(max_tokens=4))
                 )
-                assert (await collect(h.sched, s))[0] == reference([1, 2, 3], 4)
+                assert (await collect(s))[0] == reference([1, 2, 3], 4)
             restarts = h.sched.metrics.worker_restarts.labels("w0")._value.get()
             assert restarts >= 1
 
@@ -197,10 +197,10 @@ def test_backpressure_cancel_deadline_idempotency() -> None:
                 h.sched.submit(GenerateInput(prompt=[1, 2]))
             assert e.value.code == "RESOURCE_EXHAUSTED" and "5 requests" in e.value.message
             assert h.sched.cancel(waiting[0].request_id)
-            toks, last, _ = await collect(h.sched, waiting[0])
+            toks, last, _ = await collect(waiting[0])
             assert last.error_code == "CANCELLED" and toks == []
             d = h.sched.submit(GenerateInput(prompt=[5], timeout_s=0.05))
-            _, last, _ = await collect(h.sched, d)
+            _, last, _ = await collect(d)
             assert last.error_code == "DEADLINE_EXCEEDED"
             # The same id again while live: the same request, not a second one.
             again = h.sched.submit(GenerateInput(prompt=[9, 9], request_id=waiting[1].request_id))
@@ -210,12 +210,12 @@ def test_backpressure_cancel_deadline_idempotency() -> None:
             h.links[0] = link
             h.sched.add_worker(link)
             link.start()
-            rest = await asyncio.gather(*(collect(h.sched, s) for s in waiting[1:]))
+            rest = await asyncio.gather(*(collect(s) for s in waiting[1:]))
             assert all(r[0] == reference([1, 2], 3) for r in rest)
             # After finishing, a retry with the same id replays the result without re-running.
             before = h.engines[0].num_added
             replay = h.sched.submit(GenerateInput(prompt=[1, 2], request_id=waiting[1].request_id))
-            toks, last, n = await collect(h.sched, replay)
+            toks, last, n = await collect(replay)
             assert toks == reference([1, 2], 3) and n == 1 and h.engines[0].num_added == before
 
     asyncio.run(main())
@@ -234,7 +234,7 @@ def test_invalid_requests_rejected_with_reason() -> None:
                 h.sched.submit(GenerateInput(prompt=[1] * 4000))
             # The scheduler keeps serving.
             s = h.sched.submit(GenerateInput(prompt=[3], params=SamplingParams(max_tokens=2)))
-            assert (await collect(h.sched, s))[0] == reference([3], 2)
+            assert (await collect(s))[0] == reference([3], 2)
 
     asyncio.run(main())
 
@@ -244,7 +244,7 @@ def test_auth_token_passed_to_workers() -> None:
         async with Harness(n=1, token="s3cret") as h:
             assert h.sched.workers["w0"].connected
             s = h.sched.submit(GenerateInput(prompt=[4, 4], params=SamplingParams(max_tokens=3)))
-            assert (await collect(h.sched, s))[0] == reference([4, 4], 3)
+            assert (await collect(s))[0] == reference([4, 4], 3)
 
     asyncio.run(main())
 
@@ -266,7 +266,7 @@ def test_unseeded_sampled_requests_get_one_seed_at_admission() -> None:
             assert sampled.params.seed is not None
             assert greedy.params.seed is None and seeded.params.seed == 5
             for s in (sampled, greedy, seeded):
-                await collect(h.sched, s)
+                await collect(s)
 
     asyncio.run(main())
 
@@ -284,7 +284,7 @@ def test_resubmitting_a_cancelled_id_runs_again_while_the_worker_still_aborts() 
                 await asyncio.sleep(0.005)
             assert h.sched.cancel("job-c77")
             again = h.sched.submit(GenerateInput(prompt=[4, 2], params=p, request_id="job-c77"))
-            toks, last, _ = await collect(h.sched, again)
+            toks, last, _ = await collect(again)
             assert last.error_code is None, last
             assert toks == reference([4, 2], 40)
 

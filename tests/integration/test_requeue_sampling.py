@@ -37,7 +37,7 @@ def test_penalised_sampling_survives_a_requeue_at_half_way() -> None:
     async def main() -> None:
         async with Harness(n=1, make_engine=lambda: make_slow_engine(0.05)) as h:
             states = [h.sched.submit(GenerateInput(prompt=p, params=params)) for p in prompts]
-            tasks = [asyncio.create_task(collect(h.sched, s)) for s in states]
+            tasks = [asyncio.create_task(collect(s)) for s in states]
             for _ in range(2000):
                 if all(len(s.tokens) >= N // 2 for s in states):
                     break
