@@ -31,6 +31,7 @@ from contract.limits import MAX_STOP_SEQUENCES, MAX_WIRE_ID_CHARS
 from contract.status import StatusCode, WorkerState
 from contract.types import EngineInfo, RequestOutput, SamplingParams
 from protos.msgpack_fields import (
+    INVALID,
     WireError,
     expect_list,
     expect_map,
@@ -64,7 +65,6 @@ PARAM_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
 _BOOLS = tuple(n for n, f in PARAM_FIELDS.items() if f.type == "bool")
 _FLOATS = tuple(n for n, f in PARAM_FIELDS.items() if f.type == "float")
 _INFO_FIELDS = {f.name for f in dataclasses.fields(EngineInfo)}
-INVALID = StatusCode.INVALID_ARGUMENT
 
 
 @dataclass(frozen=True)

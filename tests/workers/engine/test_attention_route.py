@@ -16,7 +16,7 @@ import pytest
 
 from tests.tiny import fit_mtp_head, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
-from workers import Engine, SamplingParams, attention_cuda
+from workers import Engine, SamplingParams, attention_cuda, skinny_linear
 from workers.backend import Backend
 from workers.drafters.mtp import MTPDrafter
 
@@ -130,11 +130,7 @@ def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_
     assert not attention_cuda.serves(q, mx.zeros((2, 8, 40, 128), mx.bfloat16), mx.zeros(32))
 
 
-def _cuda() -> bool:
-    return bool(mx.cuda.is_available()) and mx.default_device() == mx.gpu
-
-
-@pytest.mark.skipif(not _cuda(), reason="the kernel runs on MLX CUDA only")
+@pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
 @pytest.mark.parametrize("num_warps,unroll", [(4, 1), (16, 1), (16, 4), (32, 4), (None, None)])
 def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps, unroll):
     """Every warps-a-block and keys-ahead setting (attention_cuda.FEW_ROW_HEADS) computes what

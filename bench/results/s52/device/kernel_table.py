@@ -1,5 +1,8 @@
-"""Sum Nsight Compute's per-kernel times (kernel_split_gpu.py's CSVs) by kernel family, side by
-side for two windows: python3 bench/results/s52/device/kernel_table.py A.csv B.csv"""
+"""Sum Nsight Compute's per-kernel times (kernel_split_gpu.py's CSVs, plain or gzipped) by
+kernel family, side by side for two windows:
+
+    python3 bench/results/s52/device/kernel_table.py A.csv.gz B.csv.gz
+"""
 
 from __future__ import annotations
 
@@ -15,17 +18,20 @@ def family(name: str) -> str:
     return name.split("(")[0].strip()[:60]
 
 
+def launches(path: str) -> list[tuple[str, float]]:
+    """(kernel name, us) of every launch in an `ncu --csv --metrics gpu__time_duration.sum` log."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        rows = [r for r in csv.reader(f) if len(r) > 10]
+    name_i, value_i = rows[0].index("Kernel Name"), rows[0].index("Metric Value")
+    return [(r[name_i], float(r[value_i].replace(",", "")) / 1e3) for r in rows[1:]]
+
+
 def load(path: str) -> tuple[dict[str, float], dict[str, int]]:
     us: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
-    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
-        rows = [r for r in csv.reader(f) if len(r) > 10]
-    head = rows[0]
-    name_i, value_i = head.index("Kernel Name"), head.index("Metric Value")
-    for r in rows[1:]:
-        k = family(r[name_i])
-        us[k] += float(r[value_i].replace(",", "")) / 1e3
-        count[k] += 1
+    for name, t in launches(path):
+        us[family(name)] += t
+        count[family(name)] += 1
     return us, count
 
 

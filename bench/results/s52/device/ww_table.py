@@ -6,30 +6,25 @@
 
 from __future__ import annotations
 
-import csv
-import gzip
 import re
 import statistics
 import sys
 
+from kernel_table import launches  # this folder's: run as a script, the folder is on the path
+
 
 def main() -> None:
     for path in sys.argv[1:]:
-        with gzip.open(path, "rt") as f:
-            rows = [r for r in csv.reader(f) if len(r) > 10]
-        name_i, value_i = rows[0].index("Kernel Name"), rows[0].index("Metric Value")
         times: dict[tuple[int, ...], list[float]] = {}
-        for r in rows[1:]:
+        for name, t in launches(path):
             # ..._bfloat16_t_<W>_<HQ>_<HK>_<D>_<NW>[_<U>]: U is 1 where the name has none
-            m = re.search(
-                r"ragged_window_attention_bfloat16_t_(\d+)_\d+_\d+_\d+_(\d+)_?(\d*)", r[name_i]
-            )
-            if m:
+            pattern = r"ragged_window_attention_bfloat16_t_(\d+)_\d+_\d+_\d+_(\d+)_?(\d*)"
+            if m := re.search(pattern, name):
                 key = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
-                times.setdefault(key, []).append(float(r[value_i].replace(",", "")) / 1e3)
+                times.setdefault(key, []).append(t)
         print(path, "(W, NW, U): us")
-        for key, t in sorted(times.items()):
-            print(f"  {key}: {statistics.median(t):.1f}")
+        for key, ts in sorted(times.items()):
+            print(f"  {key}: {statistics.median(ts):.1f}")
 
 
 if __name__ == "__main__":
