@@ -33,77 +33,101 @@ import mlx.core as mx
 
 from workers.attention_route import route_attention
 
-# One block of NW warps per (row b, query head hq, window query i): lanes split the head dim
-# (E = D / 32 elements each), warps split the keys (warp w takes keys w, w + NW, ...) with an
-# online softmax each, then warp 0 merges the NW partial results through shared memory.
+# One block of NW warps per (row b, query head hq) for all W window queries: lanes split the head
+# dim (E = D / 32 elements each), warps split the keys (warp w takes keys w, w + NW, ...), each
+# key is read once for the W queries, each with its own online softmax (query i skips keys past
+# its limit). Warps then meet through shared memory, C queries at a time (C fits 32 KB), warp c
+# merging query i0 + c over the NW warps in warp order. Per query the arithmetic and its order
+# are those of a one-query block, so query i's output does not depend on W: a row's verify
+# window attends as its decode steps would (at one NW). q is read through its strides (the
+# model's transposed view, no copy); out is [B, W, HQ, D], which the model's transpose back
+# to [B, W, HQ * D] reads without a copy.
 _SOURCE = r"""
   constexpr int E = D / 32;
+  // queries merged at a time: their partials fit 32 KB, and one warp merges each
+  constexpr int C0 = 8192 / (NW * D) < 1 ? 1 : 8192 / (NW * D);
+  constexpr int C = C0 < W ? (C0 < NW ? C0 : NW) : (W < NW ? W : NW);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int i = blockIdx.x % W;
-  const int hq = (blockIdx.x / W) % HQ;
-  const int b = blockIdx.x / (W * HQ);
+  const int hq = blockIdx.x % HQ;
+  const int b = blockIdx.x / HQ;
   const int hk = hq / (HQ / HK);
-  const int limit = lengths[b] + i;  // query i sees keys [0, limit]
-  const T* qp = q + (((size_t)b * HQ + hq) * W + i) * D + lane * E;
-  float qv[E];
+  const int base = lengths[b];  // query i sees keys [0, base + i]
+  float qv[W][E], m[W], l[W], o[W][E];
   #pragma unroll
-  for (int e = 0; e < E; ++e) qv[e] = static_cast<float>(qp[e]) * scale[0];
+  for (int i = 0; i < W; ++i) {
+    const T* qp = q + b * q_strides[0] + hq * q_strides[1] + i * q_strides[2];
+    #pragma unroll
+    for (int e = 0; e < E; ++e) {
+      qv[i][e] = static_cast<float>(qp[(lane * E + e) * q_strides[3]]) * scale[0];
+      o[i][e] = 0.f;
+    }
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+  }
   const T* kb = k + b * k_strides[0] + hk * k_strides[1] + lane * E;
   const T* vb = v + b * v_strides[0] + hk * v_strides[1] + lane * E;
-  float m = -INFINITY, l = 0.f, o[E];
-  #pragma unroll
-  for (int e = 0; e < E; ++e) o[e] = 0.f;
-  // U keys a trip, their loads issued before the first use: a walk over keys in HBM is a
-  // chain of dependent loads otherwise. Keys past the limit read key 0 and are skipped.
-  for (int j0 = warp; j0 <= limit; j0 += NW * U) {
-    float s[U], vv[U][E];
+  for (int j = warp; j <= base + W - 1; j += NW) {
+    const T* kp = kb + j * k_strides[2];
+    const T* vp = vb + j * v_strides[2];
+    float kf[E], vf[E], s[W];
     #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * NW <= limit ? j0 + u * NW : 0;
-      const T* kp = kb + j * k_strides[2];
-      const T* vp = vb + j * v_strides[2];
-      s[u] = 0.f;
+    for (int e = 0; e < E; ++e) { kf[e] = static_cast<float>(kp[e]); vf[e] = static_cast<float>(vp[e]); }
+    #pragma unroll
+    for (int i = 0; i < W; ++i) {
+      s[i] = 0.f;
       #pragma unroll
-      for (int e = 0; e < E; ++e) s[u] += qv[e] * static_cast<float>(kp[e]);
-      #pragma unroll
-      for (int e = 0; e < E; ++e) vv[u][e] = static_cast<float>(vp[e]);
+      for (int e = 0; e < E; ++e) s[i] += qv[i][e] * kf[e];
     }
     #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int off = 16; off > 0; off >>= 1) {
       #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s[u] += __shfl_xor_sync(0xffffffff, s[u], off);
+      for (int i = 0; i < W; ++i) s[i] += __shfl_xor_sync(0xffffffff, s[i], off);
     }
     #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (j0 + u * NW > limit) break;
-      const float m_new = fmaxf(m, s[u]);
-      const float corr = __expf(m - m_new), p = __expf(s[u] - m_new);
-      l = l * corr + p;
+    for (int i = 0; i < W; ++i) {
+      if (j > base + i) continue;
+      const float m_new = fmaxf(m[i], s[i]);
+      const float corr = __expf(m[i] - m_new), p = __expf(s[i] - m_new);
+      l[i] = l[i] * corr + p;
       #pragma unroll
-      for (int e = 0; e < E; ++e) o[e] = o[e] * corr + p * vv[u][e];
-      m = m_new;
+      for (int e = 0; e < E; ++e) o[i][e] = o[i][e] * corr + p * vf[e];
+      m[i] = m_new;
     }
   }
-  __shared__ float sm[NW], sl[NW], so[NW][D];
-  if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+  // so[c][w][e * 32 + lane] holds element lane * E + e: lanes touch consecutive words
+  __shared__ float sm[W][NW], sl[W][NW], so[C][NW][D];
+  if (lane == 0) {
+    #pragma unroll
+    for (int i = 0; i < W; ++i) { sm[i][warp] = m[i]; sl[i][warp] = l[i]; }
+  }
   #pragma unroll
-  for (int e = 0; e < E; ++e) so[warp][lane * E + e] = o[e];
-  __syncthreads();
-  if (warp == 0) {
-    float M = -INFINITY;
-    for (int w = 0; w < NW; ++w) M = fmaxf(M, sm[w]);
-    float L = 0.f, acc[E];
+  for (int i0 = 0; i0 < W; i0 += C) {
     #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = 0.f;
-    for (int w = 0; w < NW; ++w) {
-      const float c = sm[w] == -INFINITY ? 0.f : __expf(sm[w] - M);  // a warp with no keys
-      L += sl[w] * c;
-      #pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] += so[w][lane * E + e] * c;
+    for (int c = 0; c < C; ++c) {
+      if (i0 + c < W) {
+        #pragma unroll
+        for (int e = 0; e < E; ++e) so[c][warp][e * 32 + lane] = o[i0 + c < W ? i0 + c : 0][e];
+      }
     }
-    T* op = out + (((size_t)b * HQ + hq) * W + i) * D + lane * E;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) op[e] = static_cast<T>(acc[e] / L);
+    __syncthreads();
+    if (warp < C && i0 + warp < W) {
+      const int i = i0 + warp;
+      float M = -INFINITY;
+      for (int w = 0; w < NW; ++w) M = fmaxf(M, sm[i][w]);
+      float L = 0.f, acc[E];
+      #pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] = 0.f;
+      for (int w = 0; w < NW; ++w) {
+        const float c = sm[i][w] == -INFINITY ? 0.f : __expf(sm[i][w] - M);  // a warp with no keys
+        L += sl[i][w] * c;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] += so[warp][w][e * 32 + lane] * c;
+      }
+      T* op = out + (((size_t)b * W + i) * HQ + hq) * D + lane * E;
+      #pragma unroll
+      for (int e = 0; e < E; ++e) op[e] = static_cast<T>(acc[e] / L);
+    }
+    __syncthreads();
   }
 """
 # Warps a block. Each warp walks its keys as a chain of dependent loads, so with few blocks the
@@ -123,10 +147,24 @@ _SOURCE = r"""
 # launched alone at 1024 slots: 126 us with 16 against 183; windows not measured).
 FEW_ROW_HEADS = 256
 FEW_ROW_HEADS_WARPS, NUM_WARPS = 16, 4
-# Keys a warp loads before it uses the first (U in the source). Inside the verify forward 4
-# took 41.5 us a call against 47.4 for 1 (16 warps), but launched alone with caches flushed
-# 20-35% longer: it stays 1 (the loop of the kernel before it) until a forward shows which.
-UNROLL = 1
+# A thread holds ~2 W E + 3 W + 2 E floats (queries, outputs, softmax state, a key and value
+# row, W scores) and ~40 more registers: the warps a block gets are capped so a block's threads
+# fit an SM's 64K registers (a launch asking for more fails). The estimate counts the W E terms
+# 2.5 times: on an H200 (CUDA 13) head dim 256 with 8 queries failed to launch at 9 warps (more
+# than 227 registers a thread, against 208 counted twice), and 7 queries launched at 10. A
+# thread never holds more than 255, so 8 warps always fit. Stop 53 (H200, 6.6B shapes) read
+# U keys loaded ahead of their first use as no faster in whole rounds (U = 4: 2.68 against
+# 2.71 plain steps a forced 6.6B round at B = 1, slower at B = 8), so the loop loads one.
+REGISTERS, THREAD_REGISTERS_MAX = 65536, 255
+
+
+def warps_that_fit(W: int, D: int) -> int:
+    """The most warps a block of this kernel may have for W window queries of head dim D."""
+    E = D // 32
+    per_thread = min(THREAD_REGISTERS_MAX, 5 * W * E // 2 + 3 * W + 2 * E + 40)
+    return max(1, min(32, REGISTERS // (32 * per_thread)))
+
+
 # Windows of 2-8 tokens take the kernel over at most WIDE_MAX_SLOTS slots (it won at every
 # size measured there), and up to WIDE_LONG_SLOTS while its key reads (rows x query heads x
 # window x slots x head dim) stay under WIDE_MAX_READS: a block walks a row's keys alone, so
@@ -150,15 +188,18 @@ def ragged_window_attention(
     lengths: mx.array,  # [B] int32 (BatchCache.lengths_mx): row r's tokens before the window
     scale: float,
     num_warps: int | None = None,  # None: by the call's row-heads (FEW_ROW_HEADS); 1-32
-    unroll: int | None = None,  # keys a warp loads before it uses the first (None: UNROLL)
 ) -> mx.array:
-    """[B, Hq, W, D]: window query i of row r attends slots [0, lengths[r] + i]."""
+    """[B, Hq, W, D] (a transposed view of [B, W, Hq, D]): window query i of row r attends
+    slots [0, lengths[r] + i]."""
     B, HQ, W, D = q.shape
     few = B * HQ <= FEW_ROW_HEADS
-    NW = num_warps if num_warps is not None else FEW_ROW_HEADS_WARPS if few else NUM_WARPS
-    U = unroll if unroll is not None else UNROLL
-    if not 1 <= NW <= 32 or U < 1:  # a block holds at most 1024 threads
-        raise ValueError(f"num_warps={NW}, unroll={U}: pass 1-32 warps and unroll >= 1")
+    fit = warps_that_fit(W, D)
+    NW = num_warps if num_warps is not None else min(fit, FEW_ROW_HEADS_WARPS if few else NUM_WARPS)
+    if not 1 <= NW <= fit:
+        raise ValueError(
+            f"num_warps={NW} for a window of {W} and head dim {D}: pass 1-{fit}"
+            " (a block's registers must fit an SM)"
+        )
     global _kernel
     if _kernel is None:
         _kernel = mx.fast.cuda_kernel(
@@ -166,12 +207,12 @@ def ragged_window_attention(
             input_names=["q", "k", "v", "lengths", "scale"],
             output_names=["out"],
             source=_SOURCE,
-            ensure_row_contiguous=False,  # k, v: strided views of the cache's slot axis
+            ensure_row_contiguous=False,  # q: the model's transposed view; k, v: the cache's slots
         )
     if scale not in _scales:
         _scales[scale] = mx.array([scale], mx.float32)
     return _kernel(
-        inputs=[mx.contiguous(q), k, v, lengths, _scales[scale]],
+        inputs=[q, k, v, lengths, _scales[scale]],
         template=[
             ("T", q.dtype),
             ("W", W),
@@ -179,13 +220,12 @@ def ragged_window_attention(
             ("HK", k.shape[1]),
             ("D", D),
             ("NW", NW),
-            ("U", U),
         ],  # fmt: skip
-        grid=(B * HQ * W * 32 * NW, 1, 1),
+        grid=(B * HQ * 32 * NW, 1, 1),
         threadgroup=(32 * NW, 1, 1),
-        output_shapes=[q.shape],
+        output_shapes=[(B, W, HQ, D)],
         output_dtypes=[q.dtype],
-    )[0]
+    )[0].transpose(0, 2, 1, 3)
 
 
 def serves(q: mx.array, k: mx.array, sinks: object) -> bool:

@@ -12,12 +12,16 @@ weight row once for all rows of x: each warp owns R weight rows and issues all U
 L1. Only the weights where it measured faster take it: at most `WEIGHT_BYTES_MAX` (the attention
 projections of a 1-8B model), above row_linear's small weights (workers/row_linear.py).
 
-Off unless `SPECFLEET_SKINNY_LINEAR=1`: per call it is 1.1-2.8x faster on the weights it takes
-(H200), but whole engine runs with it on and off, in turns in one process, differed by less
-than that card's pass-to-pass spread (0.89-1.13x at B=1 and 8, random 1B and 6.6B Qwen3;
-bench/results/s27/), where a B=1 round is bound by the host launching it more than by the
-device; and each (rows, weight shape) it meets compiles a kernel on first use (~2.2 s on an
-H200).
+On by default on MLX CUDA (`SPECFLEET_SKINNY_LINEAR=0` turns it off). Per call it is 1.1-2.8x
+faster on the weights it takes (H200), and most of its gain in a round is on the host: MLX's
+2-8-row GEMM costs 13-27 us of host time to launch against 5-7 for this kernel. Whole engine
+runs, in turns in one process (H200, random Qwen3 bf16, bench/results/s53/): forced depth-4
+rounds at B = 1 were 6-16% faster with it (1.07x / 1.16x tokens/s at 6.6B / 0.87B in
+bench.gpu's A/B, 0.94 / 0.91 of the round time in another run) and level at B = 8 and 32 (0.99-
+1.05x). Earlier runs (bench/results/s27/) read less than the card's pass-to-pass spread. Each
+(rows, weight shape) it meets compiles a kernel on first use (~2.2 s on an H200, then cached
+on disk by MLX): a serving worker's warm-up (workers/warm_up.py builds every batch size and
+depth before traffic) pays that at startup, not its first requests.
 
 Each lane accumulates its k-slices in k order in fp32 and the lanes meet in a fixed shuffle tree,
 so an output row's bits depend on its own x row and the weight alone, never on how many rows
@@ -36,7 +40,7 @@ from workers.backend import Backend
 
 ROWS_MIN, ROWS_MAX = 2, 8  # one row stays MLX's gemv (faster there); more than 8, its GEMM
 WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16; MLP and lm_head weights keep MLX's GEMM
-# "1": install the route (MLX CUDA only; it never installs without CUDA). Unset or "0": not.
+# Unset or "1": install the route (MLX CUDA only; it never installs without CUDA). "0": not.
 ENV = "SPECFLEET_SKINNY_LINEAR"
 
 SOURCE = r"""
@@ -178,8 +182,8 @@ def available() -> bool:
 
 
 def wanted() -> bool:
-    """The engine installs the route: asked for (`ENV`=1; off by default) and available."""
-    return Backend.current().wants(ENV, default=False) and available()
+    """The engine installs the route: not turned off (`ENV`=0) and available (MLX CUDA)."""
+    return Backend.current().wants(ENV) and available()
 
 
 def install(model: object) -> int:

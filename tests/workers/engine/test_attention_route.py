@@ -131,21 +131,21 @@ def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_
 
 
 @pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
-@pytest.mark.parametrize("num_warps,unroll", [(4, 1), (16, 1), (16, 4), (32, 4), (None, None)])
-def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps, unroll):
-    """Every warps-a-block and keys-ahead setting (attention_cuda.FEW_ROW_HEADS) computes what
-    a masked fp32 attention does: ragged rows, windows of 1 and 5. Slots past a row's length
-    hold inf values, so a read of one shows as inf or nan."""
+@pytest.mark.parametrize("num_warps", [1, 4, 13, None])
+def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps):
+    """Every warps-a-block setting (attention_cuda.FEW_ROW_HEADS) computes what a masked fp32
+    attention does: ragged rows, windows of 1, 5 and 8, queries as the model's transposed view.
+    Slots past a row's length hold inf values, so a read of one shows as inf or nan."""
     B, HQ, HK, D, S = 3, 8, 2, 128, 70
     lengths = mx.array([60, 3, 33], dtype=mx.int32)
-    for W in (1, 5):
+    for W in (1, 5, 8):
         mx.random.seed(W)
-        q = mx.random.normal((B, HQ, W, D)).astype(mx.bfloat16)
+        q = mx.random.normal((B, W, HQ, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
         k = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
         v = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
         unread = mx.arange(S)[None, None, :, None] > (lengths[:, None, None, None] + W - 1)
         out = attention_cuda.ragged_window_attention(
-            q, k, mx.where(unread, mx.inf, v), lengths, D**-0.5, num_warps, unroll
+            q, k, mx.where(unread, mx.inf, v), lengths, D**-0.5, num_warps
         ).astype(mx.float32)
         kk = mx.repeat(k.astype(mx.float32), HQ // HK, axis=1)
         vv = mx.repeat(v.astype(mx.float32), HQ // HK, axis=1)
@@ -157,11 +157,26 @@ def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps
         assert mx.all(mx.abs(out - ref) <= 1e-2 + 1e-2 * mx.abs(ref)).item()
 
 
-def test_warps_and_unroll_outside_a_block_are_refused_before_any_launch():
-    q = mx.zeros((1, 8, 1, 128), mx.bfloat16)
+@pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
+def test_a_window_query_attends_bit_for_bit_as_a_one_token_step_there_would():
+    """Query i of a W-token window gives the bits a one-token step at length + i gives (the
+    same warps): a row's verify attends as its decode steps would."""
+    B, HQ, HK, D, S, W = 2, 8, 2, 128, 90, 5
+    lengths = mx.array([70, 9], dtype=mx.int32)
+    mx.random.seed(3)
+    q = mx.random.normal((B, HQ, W, D)).astype(mx.bfloat16)
+    k, v = (mx.random.normal((B, HK, S, D)).astype(mx.bfloat16) for _ in range(2))
+    window = attention_cuda.ragged_window_attention(q, k, v, lengths, D**-0.5, 16)
+    for i in range(W):
+        step = attention_cuda.ragged_window_attention(
+            q[:, :, i : i + 1], k, v, lengths + i, D**-0.5, 16
+        )
+        assert mx.array_equal(window[:, :, i : i + 1], step).item(), i
+
+
+def test_warps_outside_a_block_or_its_registers_are_refused_before_any_launch():
     kv = mx.zeros((1, 2, 4, 128), mx.bfloat16)
-    for warps, unroll in ((33, 1), (0, None), (16, 0)):
+    for W, warps in ((1, 33), (1, 0), (8, attention_cuda.warps_that_fit(8, 128) + 1)):
+        q = mx.zeros((1, 8, W, 128), mx.bfloat16)
         with pytest.raises(ValueError, match="num_warps"):
-            attention_cuda.ragged_window_attention(
-                q, kv, kv, mx.array([1], mx.int32), 1.0, warps, unroll
-            )
+            attention_cuda.ragged_window_attention(q, kv, kv, mx.array([1], mx.int32), 1.0, warps)
