@@ -7,16 +7,21 @@ score matmul, mask, softmax, value matmul. This kernel reads each row's length f
 device (`BatchCache.lengths_mx`) and attends slots [0, length_r + i] for window query i,
 as the mask would. On an H200 (32 query heads, 8 KV heads, head dim 128, bf16) one call took
 20.6 / 45.8 / 153.5 us at B=8 and contexts 128 / 1024 / 4096, against 44.1 / 110.3 / 308.8 us
-masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. A wider window re-reads
-the keys once per query: at 5 queries it won up to 128 slots (B=1/8/32: 15 / 32 / 71 us
-against 32 / 42 / 93 masked) and lost from 1024 on (B=8: 165 against 91 us), so windows of up
-to 8 tokens are routed here only while they read few slots or few keys in all
-(WIDE_MAX_SLOTS). (Grouping a KV head's query rows in one block, and splitting keys across
-blocks, still lost at 5 queries from 1024 slots on: B=8 at 4096 slots 425-435 against 236 us.)
-These per-call times are of many independent calls in one graph. For the same calls they read
-half of what Nsight Compute times launch by launch (B=1, 5 queries, 133 slots: 14-17 against
-26-36 us): calls that may overlap hide the latency that a forward's calls, one after another,
-pay. So the warps a block gets (FEW_ROW_HEADS) come from launches timed one at a time.
+masked, and 34.7 / 147 / 641 us against 122 / 314 / 1142 us at B=32. Windows of up to 8
+tokens are routed here only while they read few slots or few keys in all (WIDE_MAX_SLOTS): the
+first form of this kernel (a block per window query, keys re-read once per query) won at 5
+queries up to 128 slots (B=1/8/32: 15 / 32 / 71 us against 32 / 42 / 93 masked) and lost from
+1024 on (B=8: 165 against 91 us). Since stop 53 a block serves a (row, query head) and reads
+each key once for the whole window. Inside a 6.6B verify forward (B=1, 5 queries, 128 slots,
+Nsight Compute, H200) the attention went from 1,516 to 756 us, and the two copies around the
+call (q made contiguous, out transposed back) went with it (169 us): the forward's kernels
+from 7,924 to 6,997 us, against 5,396 for a decode step's. Launched alone (caches as left),
+one-token steps read 11-23 us at B=1 and 27-39 at B=8 against 11-18 and 11-32 for the first
+form: the same or slower, within that run's spread (bench/results/s53/).
+Per-call times of many independent calls in one graph read half of what Nsight Compute times
+launch by launch (B=1, 5 queries, 133 slots: 14-17 against 26-36 us): calls that may overlap
+hide the latency that a forward's calls, one after another, pay. So the warps a block gets
+(FEW_ROW_HEADS) come from launches timed one at a time.
 
 Routing: `install` replaces `scaled_dot_product_attention` in the modules of a model's
 attention layers (mlx-lm imports it by name into each model file) with `route`, which sends
