@@ -1,5 +1,6 @@
 """GPU experiment: skinny-M matmul kernels of our own against MLX's matmul, per call and in
-whole forwards. The first two lost; the third is workers/skinny_linear.py (opt-in).
+whole forwards. The first two lost; the third is workers/skinny_linear.py (on by default
+on MLX CUDA since stop 53).
 
     python -m bench.skinny_matmul --out F.json [--variants 4x4,2x4,8x4] [--rows 1,2,5,8,40]
 
@@ -35,7 +36,7 @@ a sync per call; bench/results/s27/skinny_matmul_deep_h200.json, H200) it beat M
 on every weight of at most 32 MiB (6.6B q/o 1.1-1.9x, k/v 1.2-2.1x; 1B all four 1.2-2.8x, except
 gate/up at 2 rows, 0.81x) and lost on the 96 MiB MLP weights and the lm_head (0.55-0.97x) and at
 one row everywhere (0.57-1.01x): MLX's gemv streams the wide weights at 3+ TB/s. So the engine's
-route (opt-in, SPECFLEET_SKINNY_LINEAR=1) takes 2-8 rows on weights of at most 32 MiB only.
+route (SPECFLEET_SKINNY_LINEAR=0 turns it off) takes 2-8 rows on weights of at most 32 MiB only.
 """
 
 from __future__ import annotations

@@ -43,8 +43,10 @@ from workers.attention_route import route_attention
 # key is read once for the W queries, each with its own online softmax (query i skips keys past
 # its limit). Warps then meet through shared memory, C queries at a time (C fits 32 KB), warp c
 # merging query i0 + c over the NW warps in warp order. Per query the arithmetic and its order
-# are those of a one-query block, so query i's output does not depend on W: a row's verify
-# window attends as its decode steps would (at one NW). q is read through its strides (the
+# are those of a one-query block, so query i's output does not depend on W at equal NW: a row's
+# verify window attends bit for bit as its decode steps would where both get the same warps
+# (head dim 128: windows of up to 6, the default depth 4 included; wider ones get fewer warps
+# by the register cap, `warps_that_fit`). q is read through its strides (the
 # model's transposed view, no copy); out is [B, W, HQ, D], which the model's transpose back
 # to [B, W, HQ * D] reads without a copy.
 _SOURCE = r"""
@@ -188,11 +190,12 @@ _scales: dict[float, mx.array] = {}  # one device scalar per softmax scale, not 
 
 def ragged_window_attention(
     q: mx.array,  # [B, Hq, W, D], RoPE applied
-    k: mx.array,  # [B, Hk, S, D], may be a slice of a longer slot axis
+    k: mx.array,  # [B, Hk, S, D], may be a slice of a longer slot axis (last axis contiguous:
+    # the cache's parts are built contiguous and sliced on rows and slots only)
     v: mx.array,  # [B, Hk, S, D]
     lengths: mx.array,  # [B] int32 (BatchCache.lengths_mx): row r's tokens before the window
     scale: float,
-    num_warps: int | None = None,  # None: by the call's row-heads (FEW_ROW_HEADS); 1-32
+    num_warps: int | None = None,  # None: by row-heads (FEW_ROW_HEADS), capped; 1-warps_that_fit
 ) -> mx.array:
     """[B, Hq, W, D] (a transposed view of [B, W, Hq, D]): window query i of row r attends
     slots [0, lengths[r] + i]."""
@@ -264,6 +267,7 @@ def _router(original: Any) -> Any:
             and cache.owner.kernel_attention
             and isinstance(mask, mx.array)
             and serves(queries, keys, sinks)
+            and values.shape[-1] == queries.shape[-1]  # the lanes split one head dim for both
         ):
             return ragged_window_attention(queries, keys, values, cache.owner.lengths_mx, scale)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)

@@ -21,7 +21,7 @@ from workers.backend import Backend
 
 def install(model: object, backend: Backend) -> None:
     """The engine's routes on `model` (a target, an MTP head, a draft model), in the order their
-    predicates need: few-row linears as gemvs (MLX CUDA), the opt-in skinny kernel, held weight
+    predicates need: few-row linears as gemvs (MLX CUDA), the skinny kernel (MLX CUDA), held weight
     views for every other linear, then the CPU's fewer-node RoPE and RMSNorm. First, for the
     process, before the model's first compiled kernel is built: the CPU's JIT flags."""
     cpu_jit.install()

@@ -19,9 +19,10 @@ runs, in turns in one process (H200, random Qwen3 bf16, bench/results/s53/): for
 rounds at B = 1 were 6-16% faster with it (1.07x / 1.16x tokens/s at 6.6B / 0.87B in
 bench.gpu's A/B, 0.94 / 0.91 of the round time in another run) and level at B = 8 and 32 (0.99-
 1.05x). Earlier runs (bench/results/s27/) read less than the card's pass-to-pass spread. Each
-(rows, weight shape) it meets compiles a kernel on first use (~2.2 s on an H200, then cached
-on disk by MLX): a serving worker's warm-up (workers/warm_up.py builds every batch size and
-depth before traffic) pays that at startup, not its first requests.
+(rows, weight shape) it meets compiles a kernel on first use, in every process (~2.2 s on an
+H200; MLX 0.32 keeps custom kernels' builds in memory only): a serving worker's warm-up
+(workers/warm_up.py builds every batch size and depth before traffic) pays that at startup,
+not its first requests; an engine built without a warm-up pays it in its first few-row calls.
 
 Each lane accumulates its k-slices in k order in fp32 and the lanes meet in a fixed shuffle tree,
 so an output row's bits depend on its own x row and the weight alone, never on how many rows

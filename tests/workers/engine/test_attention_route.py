@@ -131,21 +131,30 @@ def test_the_kernel_serves_half_precision_steps_of_lane_sized_heads_where_it_is_
 
 
 @pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
-@pytest.mark.parametrize("num_warps", [1, 4, 13, None])
-def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps):
-    """Every warps-a-block setting (attention_cuda.FEW_ROW_HEADS) computes what a masked fp32
-    attention does: ragged rows, windows of 1, 5 and 8, queries as the model's transposed view.
-    Slots past a row's length hold inf values, so a read of one shows as inf or nan."""
-    B, HQ, HK, D, S = 3, 8, 2, 128, 70
+@pytest.mark.parametrize(
+    "num_warps,D,dtype",
+    [(1, 128, mx.bfloat16), (4, 128, mx.bfloat16), (13, 128, mx.bfloat16),
+     (None, 128, mx.bfloat16), (None, 64, mx.float16), (None, 256, mx.bfloat16)],
+)  # fmt: skip
+def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps, D, dtype):
+    """Every warps-a-block setting (attention_cuda.FEW_ROW_HEADS, capped by registers) computes
+    what a masked fp32 attention does: ragged rows, windows of 1, 5 and 8, queries as the
+    model's transposed view, keys and values as the cache hands them (rows and slots sliced
+    from a longer buffer). Slots past a row's length hold inf values, so a read of one shows
+    as inf or nan."""
+    B, HQ, HK, S = 3, 8, 2, 70
     lengths = mx.array([60, 3, 33], dtype=mx.int32)
     for W in (1, 5, 8):
         mx.random.seed(W)
-        q = mx.random.normal((B, W, HQ, D)).astype(mx.bfloat16).transpose(0, 2, 1, 3)
-        k = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
-        v = mx.random.normal((B, HK, S, D)).astype(mx.bfloat16)
-        unread = mx.arange(S)[None, None, :, None] > (lengths[:, None, None, None] + W - 1)
+        q = mx.random.normal((B, W, HQ, D)).astype(dtype).transpose(0, 2, 1, 3)
+        # the cache's parts: [rows + spare, Hk, slots + spare, D], sliced as `fetch` does
+        kbuf, vbuf = (mx.random.normal((B + 2, HK, S + 30, D)).astype(dtype) for _ in range(2))
+        last = mx.concatenate([lengths, mx.zeros(2, mx.int32)]) + W - 1  # query W-1's last slot
+        unread = mx.arange(S + 30)[None, None, :, None] > last[:, None, None, None]
+        k, v = kbuf[:B, :, :S], vbuf[:B, :, :S]
+        poisoned = mx.where(unread, mx.inf, vbuf)[:B, :, :S]
         out = attention_cuda.ragged_window_attention(
-            q, k, mx.where(unread, mx.inf, v), lengths, D**-0.5, num_warps
+            q, k, poisoned, lengths, D**-0.5, num_warps
         ).astype(mx.float32)
         kk = mx.repeat(k.astype(mx.float32), HQ // HK, axis=1)
         vv = mx.repeat(v.astype(mx.float32), HQ // HK, axis=1)
@@ -153,8 +162,8 @@ def test_the_kernel_matches_masked_fp32_attention_at_every_block_shape(num_warps
         limit = lengths[:, None, None, None] + mx.arange(W)[None, None, :, None]
         scores = mx.where(mx.arange(S)[None, None, None, :] <= limit, scores, -mx.inf)
         ref = mx.softmax(scores, axis=-1) @ vv
-        # bf16 output rounding: 2^-8 relative, plus a little for the inputs' rounding
-        assert mx.all(mx.abs(out - ref) <= 1e-2 + 1e-2 * mx.abs(ref)).item()
+        # half-precision output rounding: 2^-8 relative, plus a little for the inputs' rounding
+        assert mx.all(mx.abs(out - ref) <= 1e-2 + 1e-2 * mx.abs(ref)).item(), (W, D)
 
 
 @pytest.mark.skipif(not skinny_linear.available(), reason="the kernel runs on MLX CUDA only")
