@@ -114,9 +114,12 @@ def targets_section() -> list[str]:
     ab = _load("s28/cpu_ops_ab_cpu.json")
     g6 = _load(GPU_6B)
     g1, g1_b1 = _load("s32/gpu_launch_ab_1b_h200.json"), _load("s32/gpu_launch_ab_1b_b1_h200.json")
-    g51 = _load("s51/device/gpu_h200.json")  # stop 51's tree, a fresh machine, B = 1 / 8 / 32
-    g52 = _load("s52/device/gpu_h200.json")  # stop 52's, before its attention change (ecea926)
-    g53 = _load("s53/device/gpu_fixed_h200.json")  # stop 53's: a window's keys read once, skinny on
+    # later stops' trees, each a fresh machine, `bench.gpu` at B = 1 / 8 / 32 (both presets)
+    stops = {
+        "51": _load("s51/device/gpu_h200.json"),
+        "52": _load("s52/device/gpu_h200.json"),  # before its attention change (ecea926)
+        "53": _load("s53/device/gpu_fixed_h200.json"),  # a window's keys read once, skinny on
+    }
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
     # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
     # warm-up) read 0.93 / 1.86; s48's batch-job medians counted cold runs' inflated ratios.
@@ -206,13 +209,22 @@ def targets_section() -> list[str]:
         _served_gpu(g6, "plain"),
         _served_gpu(g1_b1, "plain") + _served_gpu(g1, "plain")[1:],
     )
-    p1_51 = [_served_gpu(_model(g51, m), "plain") for m in ("6b", "1b")]
-    eff_51 = [_served_gpu(_model(g51, m), "forced") for m in ("6b", "1b")]
-    p1_52 = [_served_gpu(_model(g52, m), "plain") for m in ("6b", "1b")]
-    eff_52 = [_served_gpu(_model(g52, m), "forced") for m in ("6b", "1b")]
-    p1_53 = [_served_gpu(_model(g53, m), "plain") for m in ("6b", "1b")]
-    eff_53 = [_served_gpu(_model(g53, m), "forced") for m in ("6b", "1b")]
-    gpu_p1 = p1_6 + p1_1 + p1_51[0] + p1_51[1] + p1_52[0] + p1_52[1] + p1_53[0] + p1_53[1]
+    # per stop: [6.6B, 0.87B] lists of P1 ("plain") or P2 ("forced") per batch size
+    by_stop = {
+        measure: {s: [_served_gpu(_model(g, m), measure) for m in ("6b", "1b")]
+                  for s, g in stops.items()}
+        for measure in ("plain", "forced")
+    }  # fmt: skip
+
+    def stops_text(measure: str) -> str:
+        return "; ".join(
+            f"stop {s}'s tree, H200 6.6B {_fmt(big)}, 0.87B {_fmt(small)} (B=1 / 8 / 32)"
+            for s, (big, small) in by_stop[measure].items()
+        )
+
+    later_p1 = [x for pair in by_stop["plain"].values() for xs in pair for x in xs]
+    later_eff = [xs for pair in by_stop["forced"].values() for xs in pair]
+    gpu_p1 = p1_6 + p1_1 + later_p1
     eff6 = _served_gpu(g6, "forced")  # B = 1, 8, 32
     eff1 = _served_gpu(g1_b1, "forced") + _served_gpu(g1, "forced")[1:]  # B = 1, 8
     runs = [r for r in demo_runs if r["tree"] == "after"]
@@ -225,21 +237,17 @@ def targets_section() -> list[str]:
         for b in ("1", "4", "8")
         if p4 and b in p4["batch"]
     ]
-    p2 = [e for effs in (eff6, eff1, *eff_51, *eff_52, *eff_53) for e in effs[:2]]  # B <= 8
-    p2_32 = [effs[2] for effs in (eff6, eff1, *eff_51, *eff_52, *eff_53) if len(effs) > 2]
+    p2 = [e for effs in (eff6, eff1, *later_eff) for e in effs[:2]]  # B <= 8
+    p2_32 = [effs[2] for effs in (eff6, eff1, *later_eff) if len(effs) > 2]
     rows = [
         ("P1", "plain ÷ BatchGenerator ≥ 1.00",
          f"CPU default model {_fmt(cpu_p1)} (B=1 / 8, medians of 5 passes); real SmolLM2-135M "
          f"{_fmt(real_p1)} (B=1 / 8); H200 6.6B {_fmt(p1_6)} (B=1 / 8 / 32), "
-         f"0.87B {_fmt(p1_1)} (B=1 / 8); stop 51's tree, H200 6.6B {_fmt(p1_51[0])}, 0.87B "
-         f"{_fmt(p1_51[1])} (B=1 / 8 / 32); stop 52's, 6.6B {_fmt(p1_52[0])}, 0.87B "
-         f"{_fmt(p1_52[1])}; stop 53's, 6.6B {_fmt(p1_53[0])}, 0.87B {_fmt(p1_53[1])}",
+         f"0.87B {_fmt(p1_1)} (B=1 / 8); {stops_text('plain')}",
          _status(cpu_p1 + real_p1 + gpu_p1, 1.0)),
         ("P2", "efficiency ≥ 0.90 at B ≤ 8, ≥ 0.75 at B = 32",
          f"H200 6.6B {_fmt(eff6)} (B=1 / 8 / 32), 0.87B {_fmt(eff1)} (B=1 / 8); 6.6B again "
-         f"(s41, B=1 / 8) {_fmt(eff6_s41)}; stop 51's tree, 6.6B {_fmt(eff_51[0])}, 0.87B "
-         f"{_fmt(eff_51[1])} (B=1 / 8 / 32); stop 52's, 6.6B {_fmt(eff_52[0])}, 0.87B "
-         f"{_fmt(eff_52[1])}; stop 53's, 6.6B {_fmt(eff_53[0])}, 0.87B {_fmt(eff_53[1])}",
+         f"(s41, B=1 / 8) {_fmt(eff6_s41)}; {stops_text('forced')}",
          f"B ≤ 8: {_status(p2 + eff6_s41, 0.90)}; B = 32: {_status(p2_32, 0.75)}"),
         ("P3", "demo: single stream ≥ 1.8, batch job ≥ 1.2; in process MTP ÷ BatchGenerator "
          "at B=1 ≥ 1.8",

@@ -41,8 +41,8 @@ from workers.attention_route import route_attention
 # One block of NW warps per (row b, query head hq) for all W window queries: lanes split the head
 # dim (E = D / 32 elements each), warps split the keys (warp w takes keys w, w + NW, ...), each
 # key is read once for the W queries, each with its own online softmax (query i skips keys past
-# its limit). Warps then meet through shared memory, C queries at a time (C fits 32 KB), warp c
-# merging query i0 + c over the NW warps in warp order. Per query the arithmetic and its order
+# its limit). Warps then meet through shared memory, C queries at a time (`_merged_at_once`),
+# warp c merging query i0 + c over the NW warps in warp order. Per query the arithmetic and its order
 # are those of a one-query block, so query i's output does not depend on W at equal NW: a row's
 # verify window attends bit for bit as its decode steps would where both get the same warps
 # (head dim 128: windows of up to 6, the default depth 4 included; wider ones get fewer warps
@@ -51,9 +51,6 @@ from workers.attention_route import route_attention
 # to [B, W, HQ * D] reads without a copy.
 _SOURCE = r"""
   constexpr int E = D / 32;
-  // queries merged at a time: their partials fit 32 KB, and one warp merges each
-  constexpr int C0 = 8192 / (NW * D) < 1 ? 1 : 8192 / (NW * D);
-  constexpr int C = C0 < W ? (C0 < NW ? C0 : NW) : (W < NW ? W : NW);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hq = blockIdx.x % HQ;
   const int b = blockIdx.x / HQ;
@@ -172,6 +169,12 @@ def warps_that_fit(W: int, D: int) -> int:
     return max(1, min(32, REGISTERS // (32 * per_thread)))
 
 
+def _merged_at_once(W: int, NW: int, D: int) -> int:
+    """Queries a block merges per pass (C in the source): their NW partial outputs fit 32 KB of
+    shared memory, and each has a warp to merge it."""
+    return max(1, min(8192 // (NW * D), W, NW))
+
+
 # Windows of 2-8 tokens take the kernel over at most WIDE_MAX_SLOTS slots (it won at every
 # size measured there), and up to WIDE_LONG_SLOTS while its key reads (rows x query heads x
 # window x slots x head dim) stay under WIDE_MAX_READS: a block walks a row's keys alone, so
@@ -228,6 +231,7 @@ def ragged_window_attention(
             ("HK", k.shape[1]),
             ("D", D),
             ("NW", NW),
+            ("C", _merged_at_once(W, NW, D)),
         ],  # fmt: skip
         grid=(B * HQ * 32 * NW, 1, 1),
         threadgroup=(32 * NW, 1, 1),

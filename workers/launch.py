@@ -29,8 +29,8 @@ round is built and launched before the failed one is read). The engine thread ra
 at its next hand-off or `Engine.settle()`, where the failed round is read, or takes it in the
 failed step's error handler; the thread then runs launches again.
 Only graph building runs beside a launch: rows leave (a gather of the cache) and join (the
-prefill queued behind the round) without waiting for it
-(workers/pipelined_rounds.py `_pipelined_step`). A step may return with its launch still being encoded, so other MLX work
+prefill queued behind the round) without waiting for it (workers/pipelined_rounds.py
+`_pipelined_step`). A step may return with its launch still being encoded, so other MLX work
 on the engine's thread between steps waits first (`Engine.settle()`); the service's engine
 loop does none (workers/service/engine_loop.py), `Engine.generate` ends idle. (Stop 32's
 full-suite segfaults were such work: a benchmark's timing wrappers, leaked into later tests,

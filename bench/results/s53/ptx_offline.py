@@ -21,7 +21,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from workers.attention_cuda import warps_that_fit
+from workers.attention_cuda import _merged_at_once, warps_that_fit
 
 ROOT = Path(__file__).resolve().parents[3]
 HEADER = r"""
@@ -44,16 +44,17 @@ def sources() -> tuple[str, str]:
 
 def program(W: int, NW: int, D: int) -> str:
     new, old = sources()
+    merged = _merged_at_once(W, NW, D)  # the kernel's C, as ragged_window_attention passes it
     return (
         HEADER
         + f"""
-template <typename T, int W, int HQ, int HK, int D, int NW>
+template <typename T, int W, int HQ, int HK, int D, int NW, int C>
 __global__ void after(const T* q, {S} q_strides, const T* k, {S} k_strides, const T* v,
     {S} v_strides, const int* lengths, const float* scale, T* out) {{ {new} }}
 template <typename T, int W, int HQ, int HK, int D, int NW, int U>
 __global__ void before(const T* q, const T* k, {S} k_strides, const T* v, {S} v_strides,
     const int* lengths, const float* scale, T* out) {{ {old} }}
-template __global__ void after<__nv_bfloat16,{W},32,16,{D},{NW}>({P}, {S}, {P}, {S}, {P}, {S},
+template __global__ void after<__nv_bfloat16,{W},32,16,{D},{NW},{merged}>({P}, {S}, {P}, {S}, {P}, {S},
     const int*, const float*, __nv_bfloat16*);
 template __global__ void before<__nv_bfloat16,{W},32,16,{D},{NW},1>({P}, {P}, {S}, {P}, {S},
     const int*, const float*, __nv_bfloat16*);
