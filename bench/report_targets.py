@@ -195,6 +195,14 @@ def targets_section() -> list[str]:
         for job in ("a", "b")
         for row in _json_lines(f"s46/device/job_s46{job}.log")
     ]
+    # s54: the same at cap 4 on a hybrid trained again (stop 37's recipe), two engines of each
+    # kind in one process (device/skinny_p5_gpu.py: skinny on and off, an A/A on this model,
+    # whose linears are all row_linear's): per copy, B = 1 / 4 / 16
+    p5_s54 = [
+        [row["p5_mtp_over_plain"][copy] for f in ("b1_4", "b16")
+         for row in _json_lines(f"s54/device/skinny_p5_{f}_h200.jsonl")]
+        for copy in ("skinny_on", "skinny_off")
+    ]  # fmt: skip
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -279,9 +287,11 @@ def targets_section() -> list[str]:
          f"B=1 / 4 / 8 / 16 {_fmt(p5_s41[:4])}, closed B=8 / 16 {_fmt(p5_s41[4:])}; its final "
          f"form in one process with the code before it (B=16): closed / served "
          f"{_fmt(p5_s41_final)}; adaptive up to the served cap of 4, in one process with plain "
-         f"(s46): B=1 / 4 {_fmt(p5_s46[:2])}, again B=1 / 4 / 16 {_fmt(p5_s46[2:])}",
+         f"(s46): B=1 / 4 {_fmt(p5_s46[:2])}, again B=1 / 4 / 16 {_fmt(p5_s46[2:])}; this "
+         f"tree, two engines of each kind in turns (s54, B=1 / 4 / 16): {_fmt(p5_s54[0])} and "
+         f"{_fmt(p5_s54[1])}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
-                 + p5_s41 + p5_s41_final + p5_s46, 1.5)),
+                 + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []), 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
