@@ -22,7 +22,9 @@ seq = [
     and ("ragged_window_attention" in r["Kernel Name"] or "window_attention_before" in r["Kernel Name"])
 ]  # fmt: skip
 shapes = [(B, S, W) for B in (1, 8) for S in (133, 512) for W in (1, 5, 8)]
-print("| B | slots | W | first | after µs | before µs | after ÷ before |\n|---|---|---|---|---|---|---|")
+print(
+    "| B | slots | W | first | after µs | before µs | after ÷ before |\n|---|---|---|---|---|---|---|"
+)
 i = 0
 for n, (B, S, W) in enumerate(shapes):
     block = seq[i : i + 14]
@@ -31,4 +33,6 @@ for n, (B, S, W) in enumerate(shapes):
     first = timed[0][0]
     t = {f: statistics.median(us for g, us in timed if g == f) for f in ("after", "before")}
     assert {g for g, _ in timed[:6]} == {first} and first == ("after" if n % 2 == 0 else "before")
-    print(f"| {B} | {S} | {W} | {first} | {t['after']:.1f} | {t['before']:.1f} | {t['after'] / t['before']:.2f} |")
+    print(
+        f"| {B} | {S} | {W} | {first} | {t['after']:.1f} | {t['before']:.1f} | {t['after'] / t['before']:.2f} |"
+    )

@@ -77,7 +77,7 @@ def main() -> None:
                     rates[name].append(r["tokens_per_s"])
             same = {k: sum(a == b for a, b in zip(outs["plain_on"], v)) for k, v in outs.items()}
 
-        def med(a: str, b: str) -> float:
+        def med(a: str, b: str, rates: dict[str, list[float]] = rates) -> float:
             return round(statistics.median(x / y for x, y in zip(rates[a], rates[b])), 3)
 
         print(json.dumps({
