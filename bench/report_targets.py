@@ -131,6 +131,7 @@ def targets_section() -> list[str]:
             "s50/demo_runs_final.json",
             "s51/demo_runs.json",  # stop 51's final tree (the split: the same rounds)
             "s52/demo_runs.json",  # stop 52's (files split, a CUDA kernel: the same rounds)
+            "s54/cpu/demo_runs.json",  # stop 54's (stop 53's engine: CUDA-only changes)
         )
         for r in (_load(f) or {}).get("runs", [])
     ]
