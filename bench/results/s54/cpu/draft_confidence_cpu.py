@@ -18,30 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections import deque
 
-import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache
+from forward_widths_cpu import forward_ms  # this directory's (the script's own path)
 
 from workers import Engine, SamplingParams
 from workers.drafters.mtp_host import HostMTPDrafter
 from workers.stream_speed import heldout_prompts
-
-
-def forward_ms(model, B: int, L: int, ctx: int = 100, n: int = 20) -> float:
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.random.randint(1, 2000, (B, ctx)), cache=cache))
-    y = mx.random.randint(1, 2000, (B, L))
-    times = []
-    for _ in range(n):
-        for c in cache:
-            c.offset = ctx
-        t0 = time.perf_counter()
-        mx.eval(model(y, cache=cache))
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[n // 2] * 1e3
 
 
 def main() -> None:
@@ -111,7 +95,7 @@ def main() -> None:
         }
         for lo, hi in zip(bands, bands[1:])
     }
-    plain16, wide48 = forward_ms(e.model, 16, 1), forward_ms(e.model, 48, 1)
+    plain16, wide48 = forward_ms(e.model, 16, 1, 100, 20), forward_ms(e.model, 48, 1, 100, 20)
     per_token = (wide48 - plain16) / 32
     fixed = plain16 - 16 * per_token
     rows = []

@@ -12,10 +12,8 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from workers import Engine
 
-model = Engine.load().model
 
-
-def timed_ms(B: int, L: int, ctx: int = 150, n: int = 30) -> float:
+def forward_ms(model, B: int, L: int, ctx: int = 150, n: int = 30) -> float:  # type: ignore[no-untyped-def]
     """Median ms of a [B, L] forward after `ctx` cached tokens (the cache rewound each time)."""
     cache = make_prompt_cache(model)
     mx.eval(model(mx.random.randint(1, 2000, (B, ctx)), cache=cache))
@@ -30,6 +28,8 @@ def timed_ms(B: int, L: int, ctx: int = 150, n: int = 30) -> float:
     return sorted(times)[n // 2] * 1e3
 
 
-for _ in range(2):
-    shapes = [(16, 1), (16, 3), (16, 4), (48, 1), (1, 1)]
-    print(" | ".join(f"B{B} L{L} {timed_ms(B, L):.2f} ms" for B, L in shapes))
+if __name__ == "__main__":
+    model = Engine.load().model
+    for _ in range(2):
+        shapes = [(16, 1), (16, 3), (16, 4), (48, 1), (1, 1)]
+        print(" | ".join(f"B{B} L{L} {forward_ms(model, B, L):.2f} ms" for B, L in shapes))
