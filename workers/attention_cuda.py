@@ -15,9 +15,9 @@ queries up to 128 slots (B=1/8/32: 15 / 32 / 71 us against 32 / 42 / 93 masked) 
 each key once for the whole window. Inside a 6.6B verify forward (B=1, 5 queries, 128 slots,
 Nsight Compute, H200) the attention went from 1,516 to 756 us, and the two copies around the
 call (q made contiguous, out transposed back) went with it (169 us): the forward's kernels
-from 7,924 to 6,997 us, against 5,396 for a decode step's. Launched alone (caches as left),
-one-token steps read 11-23 us at B=1 and 27-39 at B=8 against 11-18 and 11-32 for the first
-form: the same or slower, within that run's spread (bench/results/s53/).
+from 7,924 to 6,997 us, against 5,396 for a decode step's. Launched alone, the two forms
+taking turns at going first, one-token steps read 0.90-1.14 of the first form's time at B=1
+and 8 (bench/results/s54/ section 2): level.
 Per-call times of many independent calls in one graph read half of what Nsight Compute times
 launch by launch (B=1, 5 queries, 133 slots: 14-17 against 26-36 us): calls that may overlap
 hide the latency that a forward's calls, one after another, pay. So the warps a block gets
@@ -110,7 +110,7 @@ _SOURCE = r"""
     for (int c = 0; c < C; ++c) {
       if (i0 + c < W) {
         #pragma unroll
-        for (int e = 0; e < E; ++e) so[c][warp][e * 32 + lane] = o[i0 + c < W ? i0 + c : 0][e];
+        for (int e = 0; e < E; ++e) so[c][warp][e * 32 + lane] = o[i0 + c][e];
       }
     }
     __syncthreads();
@@ -183,7 +183,10 @@ def _merged_at_once(W: int, NW: int, D: int) -> int:
 # it is not used: at 4224 slots even B=1 (86M) lost, 80 against 52 us. Every span the
 # masked path reads is also a new shape for MLX CUDA to build, 50-100 ms a round (H200,
 # trained hybrid, 8 query heads of 64: three to five such builds a 16-prompt job at B=8),
-# which the kernel never pays.
+# which the kernel never pays. Re-timed for this form in stop 54 (calls chained as a forward's
+# layers, bench/results/s54/ section 3): it wins at most shapes up to 256 slots and loses up
+# to 1.5x (6.6B shapes, B=1) at 512-1024 slots where it is routed, about what the masked
+# path's build for each new 128-slot span costs there: kept.
 WIDE_MAX_SLOTS = 256
 WIDE_LONG_SLOTS = 1024
 WIDE_MAX_READS = 48 * 2**20
