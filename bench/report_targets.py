@@ -10,10 +10,12 @@ from math import nan
 from pathlib import Path
 from typing import Any
 
-from workers.launch import ROWS_MIN  # rounds of this many rows launch from the launcher thread
-
 RESULTS = Path(__file__).parent / "results"
 BG, PLAIN = "mlx_lm_batch_generator", "specfleet_plain"
+# workers/launch.py's ROWS_MIN from stop 32 to stop 54: rounds of this many rows launched from
+# the launcher thread. The `--ab-launch` files of those stops are read as their engines served:
+# the launcher's side from here up, the other below. Since stop 55 every round launches there.
+LAUNCH_ROWS_MIN_S32_S54 = 8
 
 
 def _load(rel: str) -> Any:
@@ -39,9 +41,10 @@ GPU_6B = "s36/device/gpu_6b_s36_h200.json"
 
 
 def _served_gpu(data: dict | None, measure: str) -> list[float]:
-    """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu` file, as the engine now
-    runs: with `--ab-launch`, the launcher thread's side at ROWS_MIN rows or more and the other
-    below; without, its only side (the engine as it runs)."""
+    """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu` file, as the engine of its
+    stop ran: with `--ab-launch` (stops 32-54), the launcher thread's side at
+    LAUNCH_ROWS_MIN_S32_S54 rows or more and the other below; without, its only side (the
+    engine as it ran)."""
     if not data:
         return []
     rows = next(iter(data["models"].values()))["rows"]
@@ -49,7 +52,7 @@ def _served_gpu(data: dict | None, measure: str) -> list[float]:
     for b in sorted(rows, key=int):
         runs, r = rows[b]["tokens_per_s_each_pass"], rows[b]
         off = f"{measure}_off"
-        side = off if int(b) < ROWS_MIN and off in runs else measure
+        side = off if int(b) < LAUNCH_ROWS_MIN_S32_S54 and off in runs else measure
         ratio = statistics.median(runs[side]) / statistics.median(runs["bg"])
         out.append(ratio if measure == "plain" else ratio / r["tokens_per_round"])
     return out
@@ -62,11 +65,14 @@ def _model(data: dict | None, name: str) -> dict | None:
 
 
 def _served_p5(data: dict | None) -> list[float]:
-    """MTP ÷ plain per batch size of a `bench.p5_pairs --ab-launch` file, as now served."""
+    """MTP ÷ plain per batch size of a `bench.p5_pairs --ab-launch` file (stop 32), as stops
+    32-54 served it."""
     batch = (data or {}).get("batch", {})
     sizes = sorted((k.split()[0] for k in batch), key=int)
     return [
-        batch[f"{b} launch"]["summary"]["mtp_over_plain_" + ("on" if int(b) >= ROWS_MIN else "off")]
+        batch[f"{b} launch"]["summary"][
+            "mtp_over_plain_" + ("on" if int(b) >= LAUNCH_ROWS_MIN_S32_S54 else "off")
+        ]
         for b in sizes
     ]
 
@@ -298,7 +304,8 @@ def targets_section() -> list[str]:
         "## Issue 11's targets, where each stands",
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
-        "bf16; GPU rows as the engine now runs, its launcher thread at 8 rows or more, "
+        "bf16; GPU rows as each stop's engine ran: its launcher thread at 8 rows or more until stop "
+        "54, every round since stop 55, "
         "bench/results/s32/README.md). Why the missed ones are missed: "
         "bench/results/s29/README.md, s30/ to s39/README.md and the stop notes.",
         "",

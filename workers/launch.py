@@ -171,11 +171,14 @@ class Launcher:
 ENV = "SPECFLEET_LAUNCH_THREAD"  # "1" / "0": launch from a thread of its own or not
 
 
-# Rows a pipelined round needs before it launches from the launcher thread. H200, MLX CUDA,
-# launcher on ÷ off in turns (bench/results/s32/): the trained Qwen3.5-shape hybrid's plain
-# rounds 1.02-1.80x at B=8-16 in 17 of 18 pairs, but 0.77-1.06x at B=1-4 (two thread hand-offs
-# a round against a round of ~2.5 ms); random Qwen3 6.6B 1.13x / 1.24x at B=8 / 32, 0.99x at 1.
-ROWS_MIN = 8
+# Rows a pipelined round needs before it launches from the launcher thread: every round. Stop
+# 32 set 8 (the trained Qwen3.5-shape hybrid's plain rounds lost 0.77-1.06x at B=1-4 then, two
+# thread hand-offs against a ~2.5 ms round). On stop 55's tree every round from the thread won
+# on an H200, in turns in one process (bench/results/s55/README.md): the random Qwen3.5-shape hybrid's plain and adaptive-MTP rounds 1.38-
+# 1.42x at B=1 and 4; random Qwen3 0.87B / 6.6B plain 1.12 / 1.29x at B=1 and 1.34 / 1.47x at
+# B=4, the always-right drafter's rounds 1.21-1.41x. Rounds of 8+ rows launched there already.
+# Metal was not re-measured: it follows the GPU rule, as it did at 8.
+ROWS_MIN = 1
 
 
 def rows_min(backend: Backend) -> int | None:

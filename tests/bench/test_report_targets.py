@@ -18,7 +18,7 @@ def _write(root: Path, rel: str, data: dict) -> None:
 def _gpu(plain: list[float], eff: list[float], off: float = 0.5) -> dict:
     """A `bench.gpu --ab-launch` file: BatchGenerator at 100 tokens/s, the launcher's side at
     the given ratios, the other side at `off` times them (the report must read the side the
-    engine runs: off below 8 rows, on from 8)."""
+    engines of stops 32-54 ran: off below 8 rows, on from 8)."""
     rows = {
         b: {
             "tokens_per_round": 5.0,

@@ -1,6 +1,6 @@
 """Rounds launched from the launcher thread (workers/launch.py) change no token.
 
-On a GPU an engine launches its pipelined rounds of 8 rows or more from a thread of its own;
+On a GPU an engine launches its pipelined rounds from a thread of its own;
 the CPU (this suite's machine) does not by default. Here every round does, forced by the
 environment, and the pipelining suite (tests/workers/engine/test_pipeline.py) runs again: rows
 finishing in different rounds (EOS, max_tokens, stop sequences across windows), an abort while
