@@ -125,6 +125,7 @@ def targets_section() -> list[str]:
         "51": _load("s51/device/gpu_h200.json"),
         "52": _load("s52/device/gpu_h200.json"),  # before its attention change (ecea926)
         "53": _load("s53/device/gpu_fixed_h200.json"),  # a window's keys read once, skinny on
+        "55": _load("s55/gpu_final_h200.json"),  # every round from the launcher thread
     }
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
     # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its

@@ -8,7 +8,8 @@ engine's phases with timers (perf_counter, a few microseconds each; cProfile inf
 time ~2x) and prints milliseconds per round. `--parts` dispatches each part of the round as
 soon as it is built (the draft, the verify forward, the accept, the cache commit), so the time
 MLX spends encoding and launching each part's kernels shows apart (`dispatch:` rows); the
-round itself is then a little dearer.
+round itself is then a little dearer, and launched on the engine thread (a GPU launches rounds
+from workers/launch.py's thread otherwise).
 """
 
 from __future__ import annotations
@@ -186,6 +187,12 @@ def main() -> None:
     )
     engine.generate(prompts, sp)  # warm: kernels and graphs of every shape
     engine.take_round_stats()
+    if args.parts and engine._launcher is not None:
+        # A part's dispatch evaluates on the engine thread, which must not run beside a launch
+        # on the launcher thread (workers/launch.py; at B = 16 on the H200 it failed MLX's graph
+        # capture, bench/results/s55/README.md): rounds launch here, after the last is done.
+        engine.settle()
+        engine._launch_rows = 1 << 30
     split = instrument(engine, args.parts)
     steps = log_steps(engine)
     t0 = time.perf_counter()
