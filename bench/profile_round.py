@@ -5,13 +5,16 @@
 
 On a GPU the device computes while the host builds the next round, so the host's own time per
 step (graph building, accept ops, emit, bookkeeping) is what bounds a small batch. Prints the
-step time, then the functions with the most cumulative and own time.
+step time, then the functions with the most cumulative and own time. Engines launch on the
+profiled thread (no launcher thread, which cProfile would not see) unless the environment
+sets `SPECFLEET_LAUNCH_THREAD`.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import time
 from pathlib import Path
@@ -22,7 +25,7 @@ import numpy as np
 
 from bench.forced_drafter import DeviceForcedDrafter
 from bench.gpu import PRESETS, qwen3_model
-from workers import Engine, SamplingParams
+from workers import Engine, SamplingParams, launch
 
 
 def main() -> None:
@@ -36,6 +39,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
+    # MLX's encoding under the profiled thread: no launcher thread (read as each engine is built)
+    os.environ.setdefault(launch.ENV, "0")
     B = args.batch_size
     sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
     if args.model_dir:

@@ -3,9 +3,11 @@
     python -m bench.round_split --model-dir DIR --batch-size 8 --drafter mtp|none [--parts]
 
 A small model's rounds on a GPU are bound by the host (the device finishes each round before
-the next is launched), so the round's wall time is the sum of the host's phases. This wraps the
-engine's phases with timers (perf_counter, a few microseconds each; cProfile inflated Python
-time ~2x) and prints milliseconds per round. `--parts` dispatches each part of the round as
+the next is launched). Launched on the engine thread a round's wall time is the sum of the
+host's phases; on a GPU rounds launch from workers/launch.py's thread, whose `async_eval` time
+overlaps the engine thread's phases (and is charged to whichever scope the engine thread is in
+then). This wraps the engine's phases with timers (perf_counter, a few microseconds each;
+cProfile inflated Python time ~2x) and prints milliseconds per round. `--parts` dispatches each part of the round as
 soon as it is built (the draft, the verify forward, the accept, the cache commit), so the time
 MLX spends encoding and launching each part's kernels shows apart (`dispatch:` rows); the
 round itself is then a little dearer, and launched on the engine thread (a GPU launches rounds
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +34,7 @@ import workers.pipelined_rounds as rounds_module
 import workers.prefill_job as prefill_job
 from bench.peers import add_workload_args, heldout_prompts
 from bench.step_log import Step, log_steps
-from workers import Engine, SamplingParams
+from workers import Engine, SamplingParams, launch
 
 
 class Split:
@@ -182,17 +185,16 @@ def main() -> None:
         prompts
     )
     drafter = "mtp" if args.drafter == "mtp" else None
+    if args.parts:
+        # A part's dispatch evaluates on the engine thread, which must not run beside a launch
+        # on the launcher thread (workers/launch.py; at B = 16 on the H200 it failed MLX's graph
+        # capture, bench/results/s55/README.md): this engine has no launcher thread.
+        os.environ[launch.ENV] = "0"
     engine = Engine.load(
         args.model_dir, drafter=drafter, max_batch_size=args.batch_size, draft_depth=args.depth
     )
     engine.generate(prompts, sp)  # warm: kernels and graphs of every shape
     engine.take_round_stats()
-    if args.parts and engine._launcher is not None:
-        # A part's dispatch evaluates on the engine thread, which must not run beside a launch
-        # on the launcher thread (workers/launch.py; at B = 16 on the H200 it failed MLX's graph
-        # capture, bench/results/s55/README.md): rounds launch here, after the last is done.
-        engine.settle()
-        engine._launch_rows = 1 << 30
     split = instrument(engine, args.parts)
     steps = log_steps(engine)
     t0 = time.perf_counter()

@@ -172,12 +172,13 @@ ENV = "SPECFLEET_LAUNCH_THREAD"  # "1" / "0": launch from a thread of its own or
 
 
 # Rows a pipelined round needs before it launches from the launcher thread: every round. Stop
-# 32 set 8 (the trained Qwen3.5-shape hybrid's plain rounds lost 0.77-1.06x at B=1-4 then, two
+# 32 set 8 (the trained Qwen3.5-shape hybrid's plain rounds ran 0.77-1.06x at B=1-4 then, two
 # thread hand-offs against a ~2.5 ms round). On stop 55's tree every round from the thread won
-# on an H200, in turns in one process (bench/results/s55/README.md): the random Qwen3.5-shape hybrid's plain and adaptive-MTP rounds 1.38-
-# 1.42x at B=1 and 4; random Qwen3 0.87B / 6.6B plain 1.12 / 1.29x at B=1 and 1.34 / 1.47x at
-# B=4, the always-right drafter's rounds 1.21-1.41x. Rounds of 8+ rows launched there already.
-# Metal was not re-measured: it follows the GPU rule, as it did at 8.
+# on an H200, in turns in one process (bench/results/s55/README.md): the random Qwen3.5-shape
+# hybrid's plain and adaptive-MTP rounds 1.38-1.42x at B=1 and 4; random Qwen3 0.87B / 6.6B
+# plain 1.12 / 1.29x at B=1 and 1.34 / 1.47x at B=4, the always-right drafter's rounds
+# 1.21-1.41x. Rounds of 8+ rows launched there already. Metal was not re-measured: it follows
+# the GPU rule, as it did at 8.
 ROWS_MIN = 1
 
 
