@@ -25,7 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from bench.peers import add_workload_args, env_set, heldout_prompts
+from bench.peers import add_workload_args, heldout_prompts
 
 
 def primitives(arrays: list[Any]) -> collections.Counter[str]:
@@ -111,15 +111,11 @@ class ProposalCounter:
 def measure(
     model_dir: Path, prompts: list[list[int]], B: int, mtp: bool, depth: int, n: int, top: int
 ):
-    from workers import Engine, SamplingParams, launch
+    from workers import Engine, SamplingParams
 
-    # No launcher thread: it would call the wrapped mx.async_eval itself, and the graph walk in
-    # it waits for that thread to be idle (launch.idle): a deadlock (stop 55's device job hung
-    # here). The graphs are the same on either thread.
-    with env_set(launch.ENV, "0"):
-        engine = Engine.load(
-            model_dir, drafter="mtp" if mtp else None, max_batch_size=B, draft_depth=depth
-        )
+    engine = Engine.load(
+        model_dir, drafter="mtp" if mtp else None, max_batch_size=B, draft_depth=depth
+    )
     sp = SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0)
     engine.generate(prompts[:B], [sp] * B)  # warm: compiled functions are traced once
     engine.take_round_stats()

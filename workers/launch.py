@@ -90,7 +90,8 @@ class Launcher:
         # on arrays it left scheduled but never computed, so they fail with its error without
         # running until the engine thread takes it (`take_failure`).
         self._poisoned: BaseException | None = None
-        threading.Thread(target=self._run, name="specfleet-launcher", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="specfleet-launcher", daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         while True:
@@ -147,7 +148,13 @@ class Launcher:
     def idle(self) -> None:
         """Wait until every launch so far is scheduled. A failure raises where its round is
         read (`Ticket.read`), at the next hand-off, or at `Engine.settle()` (which calls
-        `raise_failure` after this): another engine's wait is no place for it."""
+        `raise_failure` after this): another engine's wait is no place for it. On the launcher
+        thread itself (code that `mx.async_eval` calls while it launches, e.g. a benchmark's
+        wrapper walking the graph) it returns at once: that thread runs one launch at a time, so
+        none but the one it is in is running, and waiting for that, or for launches queued
+        behind it, would never end."""
+        if threading.current_thread() is self._thread:
+            return
         self._last._done.wait()
 
     def adopt(self) -> None:

@@ -41,6 +41,7 @@ from workers.drafters.mtp import MTPDrafter
 
 # What the thread adds, tested below without counting launches of the suite's kind
 NOT_COUNTED = {"test_a_failed_launch_raises_in_the_engine_thread",
+               "test_waiting_for_the_launcher_on_its_own_thread_returns",
                "test_the_launcher_thread_is_for_gpus_and_batches_of_rows_min",
                "test_a_batch_growing_past_rows_min_moves_its_launches_to_the_thread"}  # fmt: skip
 
@@ -113,6 +114,28 @@ def test_a_failed_launch_raises_in_the_engine_thread(monkeypatch):
     monkeypatch.setattr(mx, "async_eval", lambda *a: failing(*a) if in_launcher() else real(*a))
     with pytest.raises(RuntimeError, match="device lost"):
         engine.generate(mixed_prompts(2, seed=3), SamplingParams(max_tokens=8))
+
+
+def test_waiting_for_the_launcher_on_its_own_thread_returns(monkeypatch):
+    """Code that mx.async_eval calls on the launcher thread (bench/graph_ops.py's counter walks
+    each graph first, and a walk waits for launches: `launch.idle`) must not wait for the
+    launch it is part of: stop 55's graph_ops run never finished."""
+    launcher = launch.process_launcher()
+    launcher.adopt()  # x below on the launcher's stream, which its thread can run
+    waited: list[bool] = []
+    real = mx.async_eval
+
+    def walking(*arrays):
+        if threading.current_thread().name == "specfleet-launcher":
+            launch.idle()
+            waited.append(True)
+        return real(*arrays)
+
+    monkeypatch.setattr(mx, "async_eval", walking)
+    x = mx.arange(4) * 2
+    ticket = launcher.launch([x])
+    assert ticket._done.wait(timeout=30), "the launcher thread waited for itself"
+    assert waited == [True] and ticket.read(x, np.int64).tolist() == [0, 2, 4, 6]
 
 
 def test_the_launcher_thread_is_for_gpus_and_batches_of_rows_min(monkeypatch):
