@@ -107,16 +107,24 @@ def on_off_summary(runs: dict[str, list[float]]) -> dict:
     }
 
 
-def ab_join(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
-    """Per repeat: plain and MTP passes with rows leaving and joining after a settle (off:
-    as before stop 41), then routed through the launcher thread without one (on), in place."""
+def ab_setting(plain: Engine, mtp: Engine, prompts, sp, pairs: int, apply) -> dict:
+    """Per repeat: plain and MTP passes with a setting off, then on, set in place on both
+    engines by `apply(engine, on)`; left off at the end."""
     runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
     for _ in range(pairs):
         for state in ("off", "on"):
             for name, engine in (("plain", plain), ("mtp", mtp)):
-                engine.route_joins = state == "on"
+                apply(engine, state == "on")
                 runs[f"{name}_{state}"].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+    for engine in (plain, mtp):
+        apply(engine, False)
     return on_off_summary(runs)
+
+
+def ab_join(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
+    """Rows leaving and joining after a settle (off: as before stop 41), then routed through
+    the launcher thread without one (on)."""
+    return ab_setting(plain, mtp, prompts, sp, pairs, lambda e, on: setattr(e, "route_joins", on))
 
 
 def ab_launch(make, prompts, sp, pairs: int) -> dict:
