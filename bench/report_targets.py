@@ -211,6 +211,13 @@ def targets_section() -> list[str]:
          for row in _json_lines(f"s54/device/skinny_p5_{f}_h200.jsonl")]
         for copy in ("skinny_on", "skinny_off")
     ]  # fmt: skip
+    # s56: this tree (every round from the launcher thread), the hybrid trained again, adaptive
+    # up to 4 as a worker serves, one process per B (bench.p5_pairs): B = 1 (8 pairs), 4, 8, 16
+    p5_s56 = [
+        d["batch"][b]["mtp_over_plain_median"]
+        for f, b in (("b1_8pairs", "1"), ("b4", "4"), ("b8", "8"), ("b16_rows128", "16"))
+        if (d := _load(f"s56/p5_{f}.json"))
+    ]
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -297,9 +304,10 @@ def targets_section() -> list[str]:
          f"{_fmt(p5_s41_final)}; adaptive up to the served cap of 4, in one process with plain "
          f"(s46): B=1 / 4 {_fmt(p5_s46[:2])}, again B=1 / 4 / 16 {_fmt(p5_s46[2:])}; this "
          f"tree, two engines of each kind in turns (s54, B=1 / 4 / 16): {_fmt(p5_s54[0])} and "
-         f"{_fmt(p5_s54[1])}",
+         f"{_fmt(p5_s54[1])}; every round from the launcher thread (s56, trained again, B=1 / "
+         f"4 / 8 / 16): {_fmt(p5_s56)}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
-                 + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []), 1.5)),
+                 + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []) + p5_s56, 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
