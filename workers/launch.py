@@ -190,12 +190,12 @@ ROWS_MIN = 1
 
 
 def rows_min(backend: Backend) -> int | None:
-    """The fewest rows a round launches from a launcher thread with; None: never. The
-    environment's "1" (every round) / "0" (none), else ROWS_MIN where a launch is host work
-    apart from the compute (a GPU; not MLX's CPU backend, where it did not pay)."""
+    """The fewest rows a round launches from a launcher thread with (ROWS_MIN); None: never.
+    The environment's "1" / "0" decides on any backend, else a launcher runs where a launch is
+    host work apart from the compute (a GPU; not MLX's CPU backend, where it did not pay)."""
     if not backend.wants(ENV, default=not backend.computes_in_launch):
         return None
-    return 1 if backend.wants(ENV, default=False) else ROWS_MIN
+    return ROWS_MIN
 
 
 _launchers: dict[str, Launcher] = {}
