@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from cluster.follow import follow
 from cluster.requests import Delta, GenerateInput, RequestState, SchedulerError
 from cluster.scheduler import Scheduler
 from contract.status import StatusCode
@@ -64,19 +66,6 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             )
         return self.sched.submit(inp)
 
-    async def _follow(
-        self, state: RequestState, context: grpc.aio.ServicerContext | None
-    ) -> AsyncIterator[Delta]:
-        """Stream deltas; a caller that goes away cancels its request (if nobody else waits)."""
-        done = False
-        try:
-            async for d in state.stream():
-                done = d.finished
-                yield d
-        finally:
-            if not done and not state.finished and not state.subscribers:
-                self.sched.cancel(state.request_id)
-
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateEvent]:
@@ -84,12 +73,15 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             state = self._admit(request, context)
         except SchedulerError as e:
             await context.abort(_status(e.code), e.message)
-        async for d in self._follow(state, context):
-            if d.error_code:
-                if d.tokens or d.text:
-                    yield codec.event_to_pb(Delta(d.request_id, d.text, d.tokens))
-                await context.abort(_status(d.error_code), d.error or d.error_code)
-            yield codec.event_to_pb(d)
+        # Closed here, not by the garbage collector: a caller that goes away cancels its request
+        # at once (cluster/follow.py).
+        async with aclosing(follow(self.sched, state)) as deltas:
+            async for d in deltas:
+                if d.error_code:
+                    if d.tokens or d.text:
+                        yield codec.event_to_pb(Delta(d.request_id, d.text, d.tokens))
+                    await context.abort(_status(d.error_code), d.error or d.error_code)
+                yield codec.event_to_pb(d)
 
     async def _finals(self, states: list[RequestState]) -> list[Delta]:
         """Wait for the last delta of each request (futures, not a task per request); a caller

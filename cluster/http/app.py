@@ -15,6 +15,7 @@ import logging
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,11 +25,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from cluster.follow import follow
 from cluster.http import anthropic_codec as an
 from cluster.http import openai_codec as oa
 from cluster.http.common import ApiRequest, StreamCodec
 from cluster.http.errors import ApiError, anthropic_error, openai_error
-from cluster.http.streaming import SSEResponse, follow, until_disconnect
+from cluster.http.streaming import SSEResponse, until_disconnect
 from cluster.requests import Delta, RequestState, SchedulerError
 from cluster.scheduler import Scheduler
 
@@ -141,8 +143,9 @@ class HttpApi:
 
     async def _last(self, state: RequestState, grace_s: float) -> Delta:
         last: Delta | None = None
-        async for d in follow(self.sched, state, grace_s):
-            last = d
+        async with aclosing(follow(self.sched, state, grace_s)) as deltas:
+            async for d in deltas:
+                last = d
         assert last is not None and last.finished
         return last
 
@@ -151,17 +154,18 @@ class HttpApi:
     ) -> AsyncIterator[str]:
         for line in codec.start():
             yield line
-        async for d in follow(self.sched, state, grace_s):
-            if d.error_code:
-                if d.text or d.tokens:
-                    for line in codec.delta(Delta(d.request_id, d.text, d.tokens)):
+        async with aclosing(follow(self.sched, state, grace_s)) as deltas:
+            async for d in deltas:
+                if d.error_code:
+                    if d.text or d.tokens:
+                        for line in codec.delta(Delta(d.request_id, d.text, d.tokens)):
+                            yield line
+                    err = ApiError.from_scheduler(d.error_code, d.error or d.error_code)
+                    for line in codec.error(err):
                         yield line
-                err = ApiError.from_scheduler(d.error_code, d.error or d.error_code)
-                for line in codec.error(err):
+                    return
+                for line in codec.finish(d) if d.finished else codec.delta(d):
                     yield line
-                return
-            for line in codec.finish(d) if d.finished else codec.delta(d):
-                yield line
 
     # -- helpers ------------------------------------------------------------------------------
     def _error(
