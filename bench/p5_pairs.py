@@ -51,11 +51,30 @@ def timed_pass(engine: Engine, prompts: list[list[int]], sp: list[SamplingParams
     }
 
 
+RowLimits = tuple[int, float]  # (row_linear.ROWS_MAX, ROW_BYTES_MAX)
+
+
+def parse_row_limits(text: str) -> tuple[RowLimits, RowLimits]:
+    """'ROWS:MIB,ROWS:MIB' (MIB may be 'inf') -> the off and on limits of the per-row route."""
+    try:
+        off, on = (
+            (int(rows), float(mib) * (1 << 20))
+            for rows, mib in (part.split(":") for part in text.split(","))
+        )
+    except ValueError:
+        raise SystemExit(
+            f"--ab-row-limits={text!r}: give two ROWS:MIB pairs, off then on, e.g. 32:inf,64:48"
+        ) from None
+    return off, on
+
+
 def ab_row_linear(
-    plain: Engine, mtp: Engine, prompts, sp, pairs: int, rows_max: int | None = None
-) -> dict:
+    plain: Engine, mtp: Engine, prompts, sp, pairs: int,
+    limits: tuple[RowLimits, RowLimits] | None = None,
+) -> dict:  # fmt: skip
     """Per repeat: plain and MTP passes with the per-row gemv route off, then on, in place; with
-    `rows_max`, "off" is the route at its ROWS_MAX and "on" the route up to `rows_max` rows."""
+    `limits` (off, on), the route stays installed and "off" / "on" are its (ROWS_MAX,
+    ROW_BYTES_MAX) limits."""
     from workers import row_linear
     from workers.compiled_step import CompiledStep
 
@@ -65,14 +84,17 @@ def ab_row_linear(
     compiled = getattr(mtp.drafter, "compiled", None)
     traces = {"on": compiled}
 
-    default_max = row_linear.ROWS_MAX
+    default = (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX)
+
+    def set_limits(rows_max: int, bytes_max: float) -> None:
+        row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX = rows_max, bytes_max  # type: ignore[assignment]
 
     def route(state: str) -> None:
-        if rows_max is not None:
-            row_linear.ROWS_MAX = rows_max if state == "on" else default_max
+        if limits is not None:
+            set_limits(*limits[state == "on"])
         for m in models:
             if m is not None:
-                on = state == "on" or rows_max is not None
+                on = state == "on" or limits is not None
                 (row_linear.install if on else row_linear.remove)(m)
         if compiled is not None:
             if state not in traces:
@@ -88,8 +110,8 @@ def ab_row_linear(
             route(state)
             runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
             runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
-    row_linear.ROWS_MAX = default_max
-    route("on" if rows_max is None else "off")  # the engine's own state for what follows
+    route("on" if limits is None else "off")  # the engine's own classes for what follows
+    set_limits(*default)
     return on_off_summary(runs)
 
 
@@ -220,9 +242,10 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what tree or setting this run measures")
     ap.add_argument("--ab-row-linear", action="store_true",
                     help="each pair twice, linears as per-row gemvs off then on (workers/row_linear.py)")  # fmt: skip
-    ap.add_argument("--ab-rows-max", type=int,
-                    help="each pair twice, the per-row gemv route up to its ROWS_MAX rows then up "
-                    "to this many (off / on in the output)")  # fmt: skip
+    ap.add_argument("--ab-row-limits", metavar="ROWS:MIB,ROWS:MIB",
+                    help="each pair twice, the per-row gemv route's ROWS_MAX and ROW_BYTES_MAX "
+                    "(MiB, or inf) at the first limits (off) then the second (on); stop 56's "
+                    "--ab-rows-max 128 was 32:inf,128:inf")  # fmt: skip
     ap.add_argument("--ab-join", action="store_true",
                     help="instead of the pairs: plain and MTP with rows leaving and joining after "
                     "a settle (off) and routed through the launcher thread (on), in turns")  # fmt: skip
@@ -276,10 +299,9 @@ def main() -> None:
             rows[f"{B} join"] = ab_join(plain, mtp, prompts, sp, args.pairs)
             print(f"{args.label} B={B}: {json.dumps(rows[f'{B} join']['summary'])}", flush=True)
             continue
-        if args.ab_row_linear or args.ab_rows_max:
-            rows[f"{B} row_linear"] = ab_row_linear(
-                plain, mtp, prompts, sp, args.pairs, args.ab_rows_max
-            )
+        if args.ab_row_linear or args.ab_row_limits:
+            limits = parse_row_limits(args.ab_row_limits) if args.ab_row_limits else None
+            rows[f"{B} row_linear"] = ab_row_linear(plain, mtp, prompts, sp, args.pairs, limits)
             print(
                 f"{args.label} B={B}: {json.dumps(rows[f'{B} row_linear']['summary'])}", flush=True
             )

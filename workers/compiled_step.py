@@ -70,7 +70,8 @@ class CompiledStep:
             # the classes make the calls (a linear routed through workers/row_linear.py or not)
             tuple(type(sub).__name__ for m in modules for _, sub in m.named_modules()),
             tuple((name, a.shape, a.dtype) for f in flat for name, a in f),
-            row_linear.ROWS_MAX,  # which calls the per-row route takes (benchmarks change it)
+            # which calls the per-row route takes (benchmarks change them)
+            (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX),
         )
 
     def __call__(self, cache: BatchCache, width: int, *inputs: mx.array) -> tuple[mx.array, ...]:

@@ -7,7 +7,9 @@ decode step of 8 rows, pays that on every linear layer, which a one-row decode s
 `mx.gather_mm` with every row pointing at the one weight runs MLX's gather_mv: the gemv kernel
 once per row, in one launch, and each row's result is the one-row matmul's bit for bit (a
 verify row computes what the decode step would). Each row reads the whole weight, so only small
-weights (read from L2) and few rows take this route (bench/row_matmul.py measures both forms).
+weights (read from L2) and few rows take this route (bench/row_matmul.py measures both forms):
+a call's rows times its weight's bytes is bounded, so a verify of 40-64 rows keeps the route on
+its small layers while a larger lm_head goes back to the GEMM.
 """
 
 from __future__ import annotations
@@ -20,8 +22,14 @@ import numpy as np
 
 from workers.backend import Backend
 
-ROWS_MAX = 32  # rows (tokens in the forward) up to which a layer runs as per-row gemvs
+ROWS_MAX = 64  # rows (tokens in the forward) up to which a layer runs as per-row gemvs
 WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take the route
+# ... and calls whose rows x weight bytes (what the gemvs read, from L2) are at most this. On the
+# H200 (bench/results/row_matmul_h200.json) the route saves the host ~7 us a call at any row
+# count, while its device time passes the GEMM's at ~30-35 MB read: 48 MiB is the most the route
+# read before this bound (the trained hybrid's 1.5 MiB lm_head at 32 rows). A depth-4 verify of
+# 8 rows (40) or a depth-3 one of 16 (64) keeps its 0.6-0.8 MiB layers on the route.
+ROW_BYTES_MAX = 48 << 20
 # "1" / "0": install the route or not, on any backend (unset: where builds_per_shape;
 # Backend.wants).
 ENV = "SPECFLEET_ROW_LINEAR"
@@ -51,12 +59,13 @@ class ViewEmbedding(nn.Embedding):
 
 
 class RowLinear(ViewLinear):
-    """nn.Linear without bias whose calls of 2..ROWS_MAX rows run as per-row gemvs."""
+    """nn.Linear without bias whose calls of 2..ROWS_MAX rows (within ROW_BYTES_MAX) run as
+    per-row gemvs."""
 
     def __call__(self, x: mx.array) -> mx.array:
         K = x.shape[-1]
         M = x.size // K
-        if not 1 < M <= ROWS_MAX:
+        if not 1 < M <= ROWS_MAX or M * self["weight"].nbytes > ROW_BYTES_MAX:
             return super().__call__(x)
         if M not in _indices:  # from host data: shared by every engine, whatever its stream
             _indices[M] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import mlx.core as mx
+import pytest
 
 import workers.pipelined_rounds as rounds_module
 import workers.prefill_job as prefill_job
@@ -64,6 +65,32 @@ def test_ab_row_linear_switches_the_route_in_place_and_back_on(monkeypatch):
     # It ends on: the engines as MLX CUDA runs them, each state with its own traces.
     assert any(type(m) is row_linear.RowLinear for _, m in mtp.model.named_modules())
     assert mtp.drafter.compiled is not None
+
+
+def test_ab_row_limits_sets_each_states_limits_and_restores_the_defaults(monkeypatch):
+    import bench.p5_pairs as p5
+
+    monkeypatch.setenv(row_linear.ENV, "1")
+    plain = Engine.load(max_batch_size=2)
+    mtp = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
+    default = (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX)
+    off, on = p5.parse_row_limits("32:inf,64:48")
+    assert off == (32, float("inf")) and on == (64, 48 << 20)
+    seen = []
+
+    def timed(engine, prompts, sp):  # type: ignore[no-untyped-def]
+        seen.append((row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX))
+        return {"tokens_per_s": 1.0}
+
+    monkeypatch.setattr(p5, "timed_pass", timed)
+    out = p5.ab_row_linear(plain, mtp, PROMPTS[:1], SamplingParams(max_tokens=2), 1, (off, on))
+    # warm (off, on), then a pair (off, on): each state a plain pass and an MTP pass
+    assert seen == [off, off, on, on] * 2
+    assert out["summary"]["mtp_on_over_off"] == 1.0
+    assert (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX) == default
+    assert any(type(m) is row_linear.RowLinear for _, m in mtp.model.named_modules())
+    with pytest.raises(SystemExit, match="--ab-row-limits='64'"):
+        p5.parse_row_limits("64")
 
 
 def test_force_prefill_cut_reaches_every_prefill_the_engine_starts(monkeypatch):

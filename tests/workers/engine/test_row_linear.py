@@ -31,6 +31,23 @@ def test_each_row_equals_the_one_row_linear_and_only_small_bias_free_layers_rout
     assert type(small) is row_linear.ViewLinear  # the engine's own linear
 
 
+def test_rows_times_weight_bytes_bound_the_route(monkeypatch):
+    """A call routes while its rows x weight bytes stay within ROW_BYTES_MAX (what its gemvs
+    read): past it, the same layer takes the GEMM again, at any ROWS_MAX."""
+    from bench.graph_ops import primitives
+
+    mx.random.seed(2)
+    layer = nn.Linear(64, 96, bias=False)  # 24 KiB of fp32
+    row_linear.install(nn.Sequential(layer))
+    monkeypatch.setattr(row_linear, "ROWS_MAX", 64)
+    monkeypatch.setattr(row_linear, "ROW_BYTES_MAX", 8 * layer.weight.nbytes)
+    for rows, routed in ((2, True), (8, True), (9, False), (64, False)):
+        x = mx.random.normal((rows, 64))
+        ops = primitives([layer(x)])
+        assert ("GatherMM" in ops) is routed and ("Matmul" in ops) is not routed, (rows, ops)
+        assert mx.allclose(layer(x), x @ layer.weight.T, atol=1e-5).item()
+
+
 def test_engine_with_the_route_decodes_like_mlx_lm(monkeypatch):
     """The route forced on (as on MLX CUDA) for a hybrid target: verify windows of up to 4
     tokens and batches of up to 5 rows run their linears as per-row gemvs."""
