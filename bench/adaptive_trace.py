@@ -1,10 +1,10 @@
 """The adaptive MTP engine as served, round by round: the depth it took and what each round cost.
 
     python -m bench.adaptive_trace --model-dir DIR --batch-sizes 8,16 [--prompts 16]
-        [--reps 4] --out F.json
+        [--reps 4] [--depth 3] --out F.json
 
 Per batch size, fresh engines as a serving worker builds them (warm-up; the MTP engine with the
-depth policy up to depth 3), then `--reps` passes of each over the held-out prompts (greedy, 96
+depth policy up to `--depth`, 3 by default), then `--reps` passes of each over the held-out prompts (greedy, 96
 tokens or `--spread` around 96, `ignore_eos`), plain first. For the MTP passes it records every round the policy
 observed (rows, depth, seconds, drafts accepted) and prints the depth sequence run-length
 encoded (`3x127`: 127 rounds at depth 3) and each (rows, depth) cell's rounds, median and total
@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="8,16")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--depth", type=int, default=3, help="the depth policy's cap (P5: 4)")
     ap.add_argument("--spread", type=float, default=0.0, help="as bench/p5_pairs.py's")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -140,7 +141,7 @@ def main() -> None:
     res: dict = {}
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         plain = Engine.load(args.model_dir, max_batch_size=B, warm_up=True)
-        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=3,
+        mtp = Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, draft_depth=args.depth,
                           adaptive_depth=True, warm_up=True)  # fmt: skip
         policy = mtp.depth_policy
         assert policy is not None

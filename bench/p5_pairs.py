@@ -195,6 +195,8 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "forced_max": lambda p: setattr(p, "forced", p.max_depth),
     "no_hold": lambda p: setattr(p, "hold_depth", False),  # as before stop 39
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
+    # Every bucket counted warm, as if the warm-up had probed them all: no live probe rounds
+    "no_probe": lambda p: p._probed.update(range(1, 64)),
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),
     "fixed": None,
