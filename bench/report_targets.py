@@ -218,6 +218,18 @@ def targets_section() -> list[str]:
         for f, b in (("b1_8pairs", "1"), ("b4", "4"), ("b8", "8"), ("b16_rows128", "16"))
         if (d := _load(f"s56/p5_{f}.json"))
     ]
+    # s57: the same (served, adaptive up to 4) at B = 8 / 16 with row_linear's rows x bytes
+    # bound; then adaptive up to 3 and depth 3 held, each after a plain pass in one process
+    p5_s57 = [
+        d["batch"][b]["mtp_over_plain_median"]
+        for f, b in (("b8_limits", "8"), ("b16_limits", "16"))
+        if (d := _load(f"s57/p5_{f}.json"))
+    ]
+    p5_s57_policy = [
+        [d["batch"][f"{b} policy"]["summary"][v] for b in (8, 16)
+         if (d := _load(f"s57/policy_b{b}_d3.json"))]
+        for v in ("as_is", "fixed")
+    ]  # fmt: skip
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -305,9 +317,12 @@ def targets_section() -> list[str]:
          f"(s46): B=1 / 4 {_fmt(p5_s46[:2])}, again B=1 / 4 / 16 {_fmt(p5_s46[2:])}; this "
          f"tree, two engines of each kind in turns (s54, B=1 / 4 / 16): {_fmt(p5_s54[0])} and "
          f"{_fmt(p5_s54[1])}; every round from the launcher thread (s56, trained again, B=1 / "
-         f"4 / 8 / 16): {_fmt(p5_s56)}",
+         f"4 / 8 / 16): {_fmt(p5_s56)}; again (s57, B=8 / 16): {_fmt(p5_s57)}, and in one process "
+         f"adaptive up to 3 {_fmt(p5_s57_policy[0])} against depth 3 held "
+         f"{_fmt(p5_s57_policy[1])}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
-                 + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []) + p5_s56, 1.5)),
+                 + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []) + p5_s56 + p5_s57
+                 + sum(p5_s57_policy, []), 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s56: P5 on the hybrid job_train.sh left at /root/q35t: bench.p5_pairs as a serving worker runs
 # MTP (adaptive depth up to 4, warm-up on), served traffic (96 tokens +- 50%).
-# Usage: bash job_p5.sh B PROMPTS TAG [extra p5_pairs args, e.g. --ab-rows-max 128]
+# Usage: bash job_p5.sh B PROMPTS TAG [extra p5_pairs args, e.g. --ab-rows-max 128, since stop 57 --ab-row-limits 32:inf,128:inf]
 source /root/mlxgpu/env.sh
 export PYTHONUNBUFFERED=1
 B=$1; P=$2; TAG=$3; shift 3

@@ -2,10 +2,7 @@
 # s57: join_split_gpu.py on the trained hybrid of job_train.sh, brought back from an earlier
 # machine in parts (the carry's 64 MiB holds the tree and half the checkpoint per run): parts
 # aa/ab staged at /root/q35parts by an earlier run, the rest in .gpu4b/.
-source .gpu2/finish.sh
-mkdir -p /root/q35t && cp .gpu4b/*.json .gpu4b/mtp.safetensors /root/q35t/
-cat /root/q35parts/model.part.aa /root/q35parts/model.part.ab .gpu4b/model.part.ac > /root/q35t/model.safetensors
-export PYTHONUNBUFFERED=1
+source bench/results/s57/device/q35t.sh  # (as run: the same steps inline)
 for spec in "16 64" "8 32"; do
   set -- $spec
   PYTHONPATH=.:$PYTHONPATH timeout 280 python3 bench/results/s57/device/join_split_gpu.py \

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import mlx.core as mx
 
+import workers.prefill_job as prefill_job
 from bench.graph_ops import primitives
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
 from workers import Engine, launch, membership
-import workers.prefill_job as prefill_job
 
 model_dir, B, n_prompts, out = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 prompts = heldout_prompts(model_dir, n_prompts)
@@ -93,8 +93,10 @@ def timed_run() -> dict:
         "encode_ms_median": {k: ms(v) for k, v in encode.items()},
         "encode_count": {k: len(v) for k, v in encode.items()},
         "admit_ms_median_with_prefill": ms(admit_s),
-        "step_ms_median": {"join": ms([s for s, j in step_s if j]),
-                           "no_join": ms([s for s, j in step_s if not j])},
+        "step_ms_median": {
+            "join": ms([s for s, j in step_s if j]),
+            "no_join": ms([s for s, j in step_s if not j]),
+        },
         "steps": {"join": sum(j for _, j in step_s), "all": len(step_s)},
     }
 
@@ -109,10 +111,15 @@ def counted_run() -> dict:
 
     def wrap(name):
         def f(*args):
-            flat = [a for arg in args for a in (arg if isinstance(arg, list | tuple) else [arg])
-                    if isinstance(a, mx.array)]
+            flat = [
+                a
+                for arg in args
+                for a in (arg if isinstance(arg, list | tuple) else [arg])
+                if isinstance(a, mx.array)
+            ]
             counts[where[0]].update(primitives(flat))
             return real[name](*args)
+
         return f
 
     real_chunk = prefill_job.prefill_chunk
@@ -154,7 +161,14 @@ def counted_run() -> dict:
     }
 
 
-result = {"model_dir": str(model_dir), "B": B, "prompts": n_prompts, "device": str(mx.default_device()),
-          "mlx": mx.__version__, "timed": timed_run(), "counted": counted_run()}
+result = {
+    "model_dir": str(model_dir),
+    "B": B,
+    "prompts": n_prompts,
+    "device": str(mx.default_device()),
+    "mlx": mx.__version__,
+    "timed": timed_run(),
+    "counted": counted_run(),
+}
 print(json.dumps(result, indent=1))
 Path(out).write_text(json.dumps(result, indent=1))
