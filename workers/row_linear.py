@@ -28,7 +28,9 @@ WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take t
 # H200 (bench/results/row_matmul_h200.json) the route saves the host ~7 us a call at any row
 # count, while its device time passes the GEMM's at ~30-35 MB read: 48 MiB is the most the route
 # read before this bound (the trained hybrid's 1.5 MiB lm_head at 32 rows). A depth-4 verify of
-# 8 rows (40) or a depth-3 one of 16 (64) keeps its 0.6-0.8 MiB layers on the route.
+# 8 rows (40) or a depth-3 one of 16 (64) keeps its 0.6-0.8 MiB layers on the route. On P5
+# (trained hybrid, served, in turns against 32 rows alone) it read neutral within the card's
+# spread: MTP / plain 1.34 against 1.32 at B = 8, 1.23 against 1.18 at B = 16 (bench/results/s57).
 ROW_BYTES_MAX = 48 << 20
 # "1" / "0": install the route or not, on any backend (unset: where builds_per_shape;
 # Backend.wants).
