@@ -8,7 +8,8 @@ depth policy up to `--depth`, 3 by default), then `--reps` passes of each over t
 prompts (greedy, 96 tokens or `--spread` around 96, `ignore_eos`), plain first. For the MTP
 passes it records every round the policy observed (rows, depth, seconds, drafts accepted) and
 prints the depth sequence run-length encoded (`3x127`: 127 rounds at depth 3) and each (rows,
-depth) cell's rounds, median and total milliseconds. The first pass of fresh engines includes their cold builds (on MLX CUDA).
+depth) cell's rounds, median and total milliseconds. The first pass of fresh engines includes
+their cold builds (on MLX CUDA).
 
 Each round also records why the policy took its depth (`trace_choices`): `probe` (a bucket's
 warm-up), `explore`, `held` (a choice reused within `refresh_every`), `rates` (tokens per second:
