@@ -87,7 +87,7 @@ def ab_row_linear(
     default = (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX)
 
     def set_limits(rows_max: int, bytes_max: float) -> None:
-        row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX = rows_max, bytes_max  # type: ignore[assignment]
+        row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX = rows_max, bytes_max
 
     def route(state: str) -> None:
         if limits is not None:

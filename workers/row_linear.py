@@ -31,7 +31,7 @@ WEIGHT_BYTES_MAX = 2 << 20  # layers whose weight is at most this (2 MiB) take t
 # 8 rows (40) or a depth-3 one of 16 (64) keeps its 0.6-0.8 MiB layers on the route. On P5
 # (trained hybrid, served, in turns against 32 rows alone) it read neutral within the card's
 # spread: MTP / plain 1.34 against 1.32 at B = 8, 1.23 against 1.18 at B = 16 (bench/results/s57).
-ROW_BYTES_MAX = 48 << 20
+ROW_BYTES_MAX: float = 48 << 20  # float: a benchmark may lift it to inf
 # "1" / "0": install the route or not, on any backend (unset: where builds_per_shape;
 # Backend.wants).
 ENV = "SPECFLEET_ROW_LINEAR"

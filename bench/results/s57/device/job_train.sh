@@ -1,11 +1,4 @@
 #!/usr/bin/env bash
-# s57 (as s56): P5's trained hybrid (bench/peer_trained.py, stop 37's recipe: 3000 target + 2000 head
-# steps, bf16) at /root/q35t. The corpus (train_default --export-corpus) travels as .gpu3/
-# beside .gpu2/ (tree + both: ~47 MB, under the 64 MiB carry). Usage: bash job_train.sh
-source .gpu2/finish.sh
-mkdir -p /root/c && cp .gpu3/corpus.npz /root/c/
-export PYTHONUNBUFFERED=1
-PYTHONPATH=.:$PYTHONPATH timeout 570 python3 -m bench.peer_trained --corpus /root/c/corpus.npz \
-  --out /root/q35t --dtype bfloat16 2>&1 | grep -v -i warning | tail -12
-cp /root/q35t/peer_model.json "$OUT/peer_trained_s57_h200.json"
-nvidia-smi --query-gpu=name --format=csv,noheader
+# s57: P5's trained hybrid at /root/q35t, as stop 56 trained it (its job_train.sh, the corpus as
+# .gpu3/ beside .gpu2/), its peer_model.json copied as peer_trained_s57_h200.json.
+STOP=s57 exec bash bench/results/s56/device/job_train.sh "$@"
