@@ -31,6 +31,7 @@ from cluster.ray_actor import ClusterSpec, start_cluster  # noqa: E402
 from cluster.runtime import RuntimeConfig  # noqa: E402
 from cluster.scheduler import SchedulerConfig  # noqa: E402
 from tests.integration.tiny_ckpt import write_tiny_checkpoints  # noqa: E402
+from tests.ray_startup import start_ray  # noqa: E402
 from workers.service.engine_spec import EngineSpec, serving_config  # noqa: E402
 from workers.service.grpc_server import WorkerServerConfig  # noqa: E402
 from workers.types import SamplingParams  # noqa: E402
@@ -54,9 +55,9 @@ def metric(url: str, name: str, **labels: str) -> float:
 def fleet(tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp("fleet")
     write_tiny_checkpoints(d)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = start_ray(lambda: Cluster(initialize_head=True, head_node_args={"num_cpus": 1}))
     for _ in range(2):
-        cluster.add_node(num_cpus=1, resources={"specfleet_worker": 1})
+        start_ray(lambda: cluster.add_node(num_cpus=1, resources={"specfleet_worker": 1}))
     ray.init(
         address=cluster.address,
         namespace="specfleet",

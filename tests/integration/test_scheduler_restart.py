@@ -24,6 +24,7 @@ from cluster.policy import PolicyConfig  # noqa: E402
 from cluster.ray_actor import SchedulerActor, start_scheduler_actor  # noqa: E402
 from cluster.runtime import RuntimeConfig  # noqa: E402
 from cluster.scheduler import SchedulerConfig  # noqa: E402
+from tests.ray_startup import start_ray  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -50,12 +51,14 @@ class BreakableSchedulerActor(SchedulerActor):
 
 def test_failing_scheduler_actor_goes_not_serving_exits_and_ray_restarts_it() -> None:
     namespace = f"specfleet-restart-{uuid.uuid4().hex[:8]}"
-    ray.init(
-        num_cpus=1,
-        namespace=namespace,
-        log_to_driver=False,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    start_ray(
+        lambda: ray.init(
+            num_cpus=1,
+            namespace=namespace,
+            log_to_driver=False,
+            include_dashboard=False,
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+        )
     )
     handle: Any = None
     try:

@@ -13,6 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from tests.ray_startup import start_ray  # noqa: E402
 from tests.workers.service.real_engine import POISON, make_engine  # noqa: E402
 from workers.service.engine_spec import EngineSpec  # noqa: E402
 from workers.service.grpc_client import WorkerClient  # noqa: E402
@@ -25,13 +26,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(
-        address="local",
-        num_cpus=1,
-        resources={"specfleet_worker": 1},
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    start_ray(
+        lambda: ray.init(
+            address="local",
+            num_cpus=1,
+            resources={"specfleet_worker": 1},
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+        )
     )
     yield
     ray.shutdown()

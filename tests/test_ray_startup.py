@@ -1,0 +1,46 @@
+"""The test helper that retries Ray's own startup timeout retries that and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray")
+from tests.ray_startup import start_ray  # noqa: E402
+
+TIMEOUT = Exception("The current node timed out during startup. This could happen ...")
+
+
+def test_retries_rays_startup_timeout_once() -> None:
+    calls: list[int] = []
+
+    def start() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TIMEOUT
+        return "up"
+
+    assert start_ray(start) == "up" and len(calls) == 2
+
+
+def test_a_second_timeout_fails() -> None:
+    calls: list[int] = []
+
+    def start() -> None:
+        calls.append(1)
+        raise TIMEOUT
+
+    with pytest.raises(Exception, match="timed out during startup"):
+        start_ray(start)
+    assert len(calls) == 2
+
+
+def test_other_errors_are_not_retried() -> None:
+    calls: list[int] = []
+
+    def start() -> None:
+        calls.append(1)
+        raise ValueError("bad resources")
+
+    with pytest.raises(ValueError, match="bad resources"):
+        start_ray(start)
+    assert calls == [1]
