@@ -3,8 +3,9 @@ verify budget) and the drafter's proposal for those depths.
 
 On a backend that builds per round graph (MLX CUDA), `same_graph` keeps every drafting round
 one graph: the drafter drafts as deep as the rows allow and only the verify's counts carry the
-policy's cap, and the drafts are padded to draft_depth. Measured on an H200 at B=32: depth 3
-with every 8th round at 2 (no policy) ran at 0.39-0.89x of depth 3 throughout.
+policy's cap, and the drafts are padded to draft_depth, or to the fewer that max_verify_tokens
+leaves a row at this batch size. Measured on an H200 at B=32: depth 3 with every 8th round at 2
+(no policy) ran at 0.39-0.89x of depth 3 throughout.
 """
 
 from __future__ import annotations
@@ -107,8 +108,11 @@ def propose_round(
     proposal = drafter.propose(request)
     if ask is not depths:
         proposal.counts = np.minimum(proposal.counts, depths)
-    if greedy_same_graph and 0 < proposal.tokens.shape[1] < config.draft_depth:
-        proposal = padded(proposal, config.draft_depth)
+    # One width per batch size: the deepest any row may draft here (max_verify_tokens caps
+    # it at large B), not draft_depth, so a cap on the verify's tokens narrows its graph too.
+    width = min(config.draft_depth, max(0, per_row - 1))
+    if greedy_same_graph and 0 < proposal.tokens.shape[1] < width:
+        proposal = padded(proposal, width)
     return proposal
 
 

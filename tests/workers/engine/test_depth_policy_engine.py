@@ -275,6 +275,44 @@ def test_padded_verify_windows_keep_every_depth_lossless():
     assert len({s.num_draft_tokens // max(s.num_drafts, 1) for s in stats if s.num_drafts}) >= 3
 
 
+def test_padded_verify_windows_narrow_where_max_verify_tokens_caps_the_batch():
+    """The padded width is the deepest a row may draft at the round's batch size: a verify
+    capped at 20 tokens pads 5 rows to 3 drafts (a [5, 4] window, not [5, 5]) and 4 rows to 4,
+    so `max_verify_tokens` narrows the graph on CUDA too; every row stays mlx-lm's."""
+    from tests.tiny import fit_mtp_head
+    from workers.drafters.mtp import MTPDrafter
+
+    target = tiny_model("qwen3", seed=3)
+    prompts = mixed_prompts(5, seed=8)
+    engine = Engine(
+        target,
+        drafter=MTPDrafter(target, fit_mtp_head(target, steps=20)),
+        max_batch_size=5,
+        draft_depth=4,
+        adaptive_depth=True,
+        max_verify_tokens=20,
+    )
+    engine.pad_verify = True  # what a CUDA device sets
+    engine.depth_policy = CyclingPolicy(max_depth=4)
+    shapes = []
+    launch = engine._launch
+
+    def recorded():
+        flight = launch()
+        shapes.append((len(flight.rows), flight.width))
+        return flight
+
+    engine._launch = recorded  # type: ignore[method-assign]
+    sp = [SamplingParams(max_tokens=12 + 4 * i) for i in range(len(prompts))]  # rows leave apart
+    outs = engine.generate(prompts, sp)
+    for i, (o, p) in enumerate(zip(outs, prompts)):
+        assert_matches(o.tokens, reference_greedy(target, p, 12 + 4 * i), f"row {i}")
+    drafting = {(b, w) for b, w in shapes if w > 1}
+    assert (5, 4) in drafting and (5, 5) not in drafting, shapes
+    assert all(w == min(4, 20 // b - 1) + 1 for b, w in drafting), shapes
+    assert any(w == 5 for _, w in drafting), shapes  # fewer rows: the full depth again
+
+
 class ConstantPolicy(AlternatingPolicy):
     def choose(self, batch_size: int) -> int:
         return self.max_depth
