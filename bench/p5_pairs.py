@@ -147,6 +147,30 @@ def ab_join(plain: Engine, mtp: Engine, prompts, sp, pairs: int) -> dict:
     return ab_setting(plain, mtp, prompts, sp, pairs, lambda e, on: setattr(e, "route_joins", on))
 
 
+def parse_join_waits(text: str) -> tuple[int, int]:
+    """'0,8' -> (0, 8): the join gate's max_wait_steps off, then on."""
+    try:
+        off, on = (int(x) for x in text.split(","))
+    except ValueError:
+        off = on = -1
+    if min(off, on) < 0:
+        raise SystemExit(
+            f"--ab-join-wait={text!r}: give two step counts >= 0, off then on, e.g. 0,8"
+        )
+    return off, on
+
+
+def ab_join_wait(plain: Engine, mtp: Engine, prompts, sp, pairs: int, waits: tuple[int, int]):
+    """Waiting rows joining at once (off: max_wait_steps waits[0], 0 as before stop 58), then
+    held up to waits[1] steps to join several at a time (workers/join_gate.py). The gates
+    keep what they measured across passes."""
+
+    def apply(engine: Engine, on: bool) -> None:
+        engine.join_gate.max_wait_steps = waits[on]
+
+    return ab_setting(plain, mtp, prompts, sp, pairs, apply)
+
+
 def ab_launch(make, prompts, sp, pairs: int) -> dict:
     """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on;
     each engine built with the setting (it is read at construction), all four in one process."""
@@ -200,7 +224,12 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),
     "fixed": None,
+    "verify_64": lambda p: None,  # as_is on an engine whose verify carries <= 64 tokens
 }
+# Variants that are engine settings, given to `make` (read at construction): at B = 16 a
+# 64-token verify caps drafting at depth 3, and its padded graph at [16, 4] (stop 57: depth 3
+# held read 1.50x plain where the policy, padding to depth 4's 80 rows, read 1.06-1.14).
+ENGINE_VARIANTS: dict[str, dict] = {"verify_64": {"max_verify_tokens": 64}}
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
@@ -215,7 +244,7 @@ def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
     engines = {}
     for name in names:
         setting = POLICY_VARIANTS[name]
-        engines[name] = make(True, adaptive=setting is not None)
+        engines[name] = make(True, adaptive=setting is not None, **ENGINE_VARIANTS.get(name, {}))
         if setting is not None:
             assert engines[name].depth_policy is not None
             setting(engines[name].depth_policy)
@@ -251,6 +280,9 @@ def main() -> None:
     ap.add_argument("--ab-join", action="store_true",
                     help="instead of the pairs: plain and MTP with rows leaving and joining after "
                     "a settle (off) and routed through the launcher thread (on), in turns")  # fmt: skip
+    ap.add_argument("--ab-join-wait", metavar="OFF,ON",
+                    help="each pair twice, waiting rows held at most OFF then ON steps to join "
+                    "several at a time (workers/join_gate.py; 0: at once), e.g. 0,8")  # fmt: skip
     ap.add_argument("--ab-launch", action="store_true",
                     help="instead of the pairs: plain and MTP with workers/launch.py's launcher "
                     "thread off and on, in turns (engines built with each setting)")  # fmt: skip
@@ -275,11 +307,14 @@ def main() -> None:
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         if args.ab_launch or args.ab_policy:
 
-            def make(mtp: bool, B: int = B, adaptive: bool = args.adaptive) -> Engine:
+            def make(
+                mtp: bool, B: int = B, adaptive: bool = args.adaptive, **config: object
+            ) -> Engine:
                 if not mtp:
                     return Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
                 return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   draft_depth=args.depth, **(served if adaptive else {}))  # fmt: skip
+                                   draft_depth=args.depth, **(served if adaptive else {}),
+                                   **config)  # fmt: skip
 
             if args.ab_policy:
                 name = "policy"
@@ -300,6 +335,12 @@ def main() -> None:
         if args.ab_join:
             rows[f"{B} join"] = ab_join(plain, mtp, prompts, sp, args.pairs)
             print(f"{args.label} B={B}: {json.dumps(rows[f'{B} join']['summary'])}", flush=True)
+            continue
+        if args.ab_join_wait:
+            waits = parse_join_waits(args.ab_join_wait)
+            rows[f"{B} join_wait"] = ab_join_wait(plain, mtp, prompts, sp, args.pairs, waits)
+            summary = rows[f"{B} join_wait"]["summary"]
+            print(f"{args.label} B={B}: {json.dumps(summary)}", flush=True)
             continue
         if args.ab_row_linear or args.ab_row_limits:
             limits = parse_row_limits(args.ab_row_limits) if args.ab_row_limits else None

@@ -52,6 +52,11 @@ class EngineConfig:
     # one, rounds that build what the first requests would (MLX CUDA: graphs; the CPU and
     # Metal: compiled kernels).
     warm_up: bool = False
+    # Steps a waiting request may be held so that it joins the running batch with others (one
+    # join's fixed cost paid for several rows; workers/join_gate.py prices the trade from the
+    # engine's own steps). 0 (until measured on a GPU): every request joins as soon as a slot
+    # frees.
+    join_wait_steps: int = 0
     model_id: str = "in-memory"
 
     def __post_init__(self) -> None:
@@ -66,6 +71,7 @@ class EngineConfig:
         check("max_verify_tokens", self.max_verify_tokens >= 1, "use an int >= 1")
         check("prefix_cache_tokens", self.prefix_cache_tokens >= -1, "use 0 (off), -1 or N > 0")
         check("prefix_block_tokens", self.prefix_block_tokens >= 1, "use an int >= 1")
+        check("join_wait_steps", self.join_wait_steps >= 0, "use 0 (join at once) or more")
         check(
             "kv_budget_tokens",
             self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,

@@ -32,6 +32,7 @@ from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter, Proposal
 from workers.drafting import attach_drafter, propose_round
 from workers.forward import forward_window, forward_window_hidden
+from workers.join_gate import JoinGate
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant, token_budget
 from workers.language_model import LanguageModel
@@ -137,8 +138,12 @@ class Engine(PipelinedRounds):
         self._live_ids: set[str] = set()
         self._stats: list[RoundStats] = []
         self._next_id = 0
+        self.join_gate = JoinGate(max_wait_steps=self.config.join_wait_steps)
         if self.config.warm_up:
             warm_up(self)
+            # Its joins were of synthetic batches, most beside no running rows: prices come
+            # from traffic.
+            self.join_gate = JoinGate(max_wait_steps=self.config.join_wait_steps)
 
     @property
     def depth_policy(self) -> DepthPolicy | None:
@@ -238,6 +243,10 @@ class Engine(PipelinedRounds):
                 self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
+        if stats.batch_size or stats.time_prefill_s > 0:  # an idle step tells nothing
+            self.join_gate.observe_step(
+                time.perf_counter() - t0, stats.time_prefill_s > 0, stats.num_prefill_tokens
+            )
         return events
 
     def take_round_stats(self) -> list[RoundStats]:

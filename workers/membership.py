@@ -21,6 +21,7 @@ from workers.depth_policy import DepthPolicy
 from workers.drafters.base import Drafter
 from workers.drafting import joining_tail
 from workers.drain import JOB_TAIL_ROWS, QUIET_STEPS, DrainingRows
+from workers.join_gate import JoinGate
 from workers.kv_cache import BatchCache
 from workers.kv_quant import KVQuant
 from workers.language_model import LanguageModel
@@ -37,6 +38,7 @@ class Membership:
     cache: BatchCache
     drafter: Drafter | None
     depth_policy: DepthPolicy | None
+    join_gate: JoinGate
     kv_quant: KVQuant | None
     kv_budget: int
     row_factory: RowFactory
@@ -113,14 +115,21 @@ class Membership:
         # with this step's host work. Routed, its chunks queue behind that launch instead (and
         # time_prefill_s is the host's building of them alone).
         if self._prefill is None:
-            if len(self.rows) >= self.config.max_batch_size:
-                return  # a full batch: the queue waits (served traffic's steady state)
+            if not self.waiting:
+                return
+            free = self.config.max_batch_size - len(self.rows)
+            # Held a step or more, to join with others (workers/join_gate.py); a full batch
+            # (served traffic's steady state: the queue waits) closes the gate.
+            if not self.join_gate.should_join(len(self.rows), free, len(self.waiting)):
+                return
             joining = pick_joining(
                 self.waiting, self.rows, self._reserve, self.kv_budget,
                 self.config.max_batch_size, self.prefix_cache, not self.pad_verify,
             )  # fmt: skip
             if not joining:
                 return
+            if len(joining) < min(free, len(self.waiting) + len(joining)):
+                self.join_gate.follow_up()  # the rest of the ready rows prefill next
             self.settle_unless_routed()
             tail = joining_tail(
                 self.drafter, self._needs_hidden, self.depth_policy, self._batch_joined(joining)

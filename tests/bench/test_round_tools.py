@@ -93,6 +93,27 @@ def test_ab_row_limits_sets_each_states_limits_and_restores_the_defaults(monkeyp
         p5.parse_row_limits("64")
 
 
+def test_ab_join_wait_sets_each_states_wait_on_both_engines(monkeypatch):
+    import bench.p5_pairs as p5
+
+    plain = Engine.load(max_batch_size=2)
+    mtp = Engine.load(drafter="mtp", max_batch_size=2, draft_depth=2)
+    assert p5.parse_join_waits("0,8") == (0, 8)
+    seen = []
+
+    def timed(engine, prompts, sp):  # type: ignore[no-untyped-def]
+        seen.append((engine is mtp, engine.join_gate.max_wait_steps))
+        return {"tokens_per_s": 2.0 if engine.join_gate.max_wait_steps else 1.0}
+
+    monkeypatch.setattr(p5, "timed_pass", timed)
+    out = p5.ab_join_wait(plain, mtp, PROMPTS[:1], SamplingParams(max_tokens=2), 2, (0, 8))
+    assert seen == [(False, 0), (True, 0), (False, 8), (True, 8)] * 2
+    assert out["summary"]["mtp_on_over_off"] == 2.0 and out["summary"]["plain_on_over_off"] == 2.0
+    for bad in ("8", "0,-1", "a,b"):
+        with pytest.raises(SystemExit, match="--ab-join-wait="):
+            p5.parse_join_waits(bad)
+
+
 def test_force_prefill_cut_reaches_every_prefill_the_engine_starts(monkeypatch):
     monkeypatch.setattr(prefill_job, "Prefill", prefill_job.Prefill)  # restored after the test
     cuts = []
@@ -212,6 +233,16 @@ def test_policy_variants_set_what_they_name():
     assert forced.refresh_every == 32
     with pytest.raises(SystemExit, match="unknown variants \\['nope'\\]"):
         ab_policy(None, [], [], 1, ["as_is", "nope"])
+    # An engine-setting variant reaches `make`; the others build the served engine.
+    made = []
+
+    def make(mtp: bool, adaptive: bool = True, **config: object) -> Engine:
+        made.append((mtp, adaptive, config))
+        return Engine.load(max_batch_size=2, **({"drafter": "mtp", "adaptive_depth": True,
+                                                 **config} if mtp else {}))  # fmt: skip
+
+    ab_policy(make, PROMPTS[:1], [SamplingParams(max_tokens=2)], 1, ["verify_64", "as_is"])
+    assert made == [(False, True, {}), (True, True, {"max_verify_tokens": 64}), (True, True, {})]
 
 
 def test_step_kernels_splits_device_time_by_step_class():
