@@ -24,11 +24,12 @@ round launched behind the join pays part of it), against the prompt tokens it pr
 intercept of a robust line through the recent runs is the fixed part; the per-token part
 is paid whenever the row joins, so holding cannot save it. Until `min_samples` runs with tokens
 that differ are seen, the price is 0 and every join goes at once (the behaviour without a gate).
-Off by default (EngineConfig.join_wait_steps = 0) until measured on a GPU: priced from stop 57's
-H200 trace (bench/results/s58/join_price_h200.py) a join's fixed part is 1-4 ms against 3-4 ms
-steps, worth a few per cent of an MTP job at B = 16 if the larger joins' prefills cost no new
-builds; on the 2-core CPU a demo worker's job sees 1-3 join runs, too few to price, and runs
-as without a gate (bench/results/s58). Pure Python: the engine feeds it and obeys it.
+Off by default (EngineConfig.join_wait_steps = 0) until measured on a GPU. Stop 57's H200
+trace (bench/results/s58/join_price_h200.py) shows joins of two rows costing about what joins
+of one do (4.5-4.7 against 3.3-4.3 ms over 4 ms steps, trained hybrid, MTP, B = 16): merging
+them could save 3-5% of such a job. On the 2-core CPU it gains nothing: a demo worker's job
+sees too few joins to price, and served-like traffic at B = 8 made fewer joins (16-20 against
+21-26) in no less time (bench/results/s58). Pure Python: the engine feeds it and obeys it.
 """
 
 from __future__ import annotations
