@@ -22,7 +22,7 @@ for wait in (0, 8):
     gate, real = engine.join_gate, engine.join_gate.should_join
     calls: list[tuple[bool, bool]] = []  # (joined, anyone ready)
 
-    def should_join(running: int, free: int, waiting: int) -> bool:
+    def should_join(running: int, free: int, waiting: int, real=real, calls=calls) -> bool:
         calls.append((real(running, free, waiting), min(free, waiting) > 0))
         return calls[-1][0]
 
