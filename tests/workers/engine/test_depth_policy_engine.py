@@ -229,34 +229,39 @@ def test_pipelined_rounds_report_their_own_cost_to_the_policy():
     assert min(deep) >= 0.03 and max(plain) < 0.03, policy.seen
 
 
-def test_padded_verify_windows_keep_every_depth_lossless():
-    """On CUDA the engine pads a pipelined round's drafts to draft_depth (one verify shape
-    whatever depth the policy picks) and the MTP head's packed backlog window to a multiple of
-    8; padding must never be accepted or committed."""
+def padded_mtp_engine(**config: object) -> tuple[Engine, object, list[tuple[int, int]]]:
+    """An adaptive MTP engine on a tiny qwen3 as MLX CUDA runs it (`pad_verify`: drafts padded
+    to one width per batch size), its depth cycled; returns it, the target, and the (rows,
+    width) of every round it launches."""
     from tests.tiny import fit_mtp_head
     from workers.drafters.mtp import MTPDrafter
 
     target = tiny_model("qwen3", seed=3)
-    prompts = mixed_prompts(5, seed=8)
+    drafter = MTPDrafter(target, fit_mtp_head(target, steps=20))
     engine = Engine(
-        target,
-        drafter=MTPDrafter(target, fit_mtp_head(target, steps=20)),
-        max_batch_size=5,
-        draft_depth=4,
-        adaptive_depth=True,
+        target, drafter=drafter, max_batch_size=5, draft_depth=4, adaptive_depth=True, **config
     )
-    engine.pad_verify = True  # what a CUDA device sets, with the MTP backlog's rounding
-    engine.drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    engine.pad_verify = True  # what a CUDA device sets
     engine.depth_policy = CyclingPolicy(max_depth=4)
-    widths = []
+    shapes: list[tuple[int, int]] = []
     launch = engine._launch
 
     def recorded():
         flight = launch()
-        widths.append(flight.width)
+        shapes.append((len(flight.rows), flight.width))
         return flight
 
     engine._launch = recorded  # type: ignore[method-assign]
+    return engine, target, shapes
+
+
+def test_padded_verify_windows_keep_every_depth_lossless():
+    """On CUDA the engine pads a pipelined round's drafts to draft_depth (one verify shape
+    whatever depth the policy picks) and the MTP head's packed backlog window to a multiple of
+    8; padding must never be accepted or committed."""
+    engine, target, shapes = padded_mtp_engine()
+    prompts = mixed_prompts(5, seed=8)
+    engine.drafter.pad_packed_to = 8  # type: ignore[union-attr]  # the MTP backlog's rounding
     asked = []
     propose = engine.drafter.propose
 
@@ -268,7 +273,8 @@ def test_padded_verify_windows_keep_every_depth_lossless():
     outs = engine.generate(prompts, SamplingParams(max_tokens=24))
     for i, (o, p) in enumerate(zip(outs, prompts)):
         assert_matches(o.tokens, reference_greedy(target, p, 24), f"row {i}")
-    assert set(widths) == {1, 5}, widths  # plain rounds, and every drafting round at full width
+    widths = {w for _, w in shapes}
+    assert widths == {1, 5}, shapes  # plain rounds, and every drafting round at full width
     stats = engine.take_round_stats()
     # The head drafts 4 deep every drafting round (one graph), the verify counts the cap only.
     assert asked.count(4) >= len(asked) // 2, asked  # near max_tokens rows allow fewer
@@ -279,30 +285,8 @@ def test_padded_verify_windows_narrow_where_max_verify_tokens_caps_the_batch():
     """The padded width is the deepest a row may draft at the round's batch size: a verify
     capped at 20 tokens pads 5 rows to 3 drafts (a [5, 4] window, not [5, 5]) and 4 rows to 4,
     so `max_verify_tokens` narrows the graph on CUDA too; every row stays mlx-lm's."""
-    from tests.tiny import fit_mtp_head
-    from workers.drafters.mtp import MTPDrafter
-
-    target = tiny_model("qwen3", seed=3)
+    engine, target, shapes = padded_mtp_engine(max_verify_tokens=20)
     prompts = mixed_prompts(5, seed=8)
-    engine = Engine(
-        target,
-        drafter=MTPDrafter(target, fit_mtp_head(target, steps=20)),
-        max_batch_size=5,
-        draft_depth=4,
-        adaptive_depth=True,
-        max_verify_tokens=20,
-    )
-    engine.pad_verify = True  # what a CUDA device sets
-    engine.depth_policy = CyclingPolicy(max_depth=4)
-    shapes = []
-    launch = engine._launch
-
-    def recorded():
-        flight = launch()
-        shapes.append((len(flight.rows), flight.width))
-        return flight
-
-    engine._launch = recorded  # type: ignore[method-assign]
     sp = [SamplingParams(max_tokens=12 + 4 * i) for i in range(len(prompts))]  # rows leave apart
     outs = engine.generate(prompts, sp)
     for i, (o, p) in enumerate(zip(outs, prompts)):
