@@ -221,6 +221,8 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
     # Every bucket counted warm, as if the warm-up had probed them all: no live probe rounds
     "no_probe": lambda p: p._probed.update(range(1, 64)),
+    # Each bucket's probe without its closing plain rounds (two switches fewer a bucket)
+    "no_rerun": lambda p: setattr(p, "probe_rerun", False),
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),
     "fixed": None,

@@ -120,6 +120,11 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     # on an H200 every depth-3 round explored alone among plain ones cost 8.6-11.8 ms at B=8,
     # where depth 3 held costs 4.6 ms against 2.5 ms plain, so drafting was never chosen.
     run: int = 1
+    # A bucket's probe ends with plain rounds again (`_probe`): a fresh process's first rounds
+    # read plain dearer than it is. Off (`bench.p5_pairs --ab-policy no_rerun`) where that
+    # coldness is gone before traffic and each return to plain is a graph switch (MLX CUDA
+    # after `build_shapes`); on until a device run measures it.
+    probe_rerun: bool = True
     # The running rows and those still to join them when the job's end is in sight, built
     # when asked (the engine's `_job_view`; None: requests keep arriving, or many wait). A
     # choice made afresh asks, and then picks the depth that finishes them all soonest

@@ -17,6 +17,7 @@ class BucketProbe:
     # Settings and measurements of the policy (workers/depth_policy.py says what each holds)
     max_depth: int
     run: int
+    probe_rerun: bool
     min_evidence: int
     explore_budget: float
     _count: dict  # (B, k) -> rounds seen
@@ -76,7 +77,7 @@ class BucketProbe:
         # Plain again, after the drafting depths: the ladder's first rounds pay one-off costs
         # (a fresh process's first buffers, caches filling) that made plain decoding look
         # dearer than it is, and drafting then chosen where it lost (the demo's batch job).
-        if counts.get(0, 0) < 2 * need:
+        if self.probe_rerun and counts.get(0, 0) < 2 * need:
             return 0
         self._probed.add(bucket)
         return None

@@ -222,7 +222,7 @@ def test_policy_variants_set_what_they_name():
     assert policy.job_view() is None
     for name, setting in (("no_job_end", "job_view"), ("margin_min", "error_sigmas"),
                           ("no_cap", "cap_by_larger"), ("no_explore", "explore_every"),
-                          ("no_hold", "hold_depth")):  # fmt: skip
+                          ("no_hold", "hold_depth"), ("no_rerun", "probe_rerun")):  # fmt: skip
         p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True, hold_depth=True)
         POLICY_VARIANTS[name](p)  # type: ignore[misc]
         assert not getattr(p, setting), name

@@ -253,6 +253,23 @@ def test_plain_decoding_is_measured_again_after_a_cold_start():
     assert picks[:4] == [0, 0, 1, 1] and picks[-20:] == [0] * 20, picks
 
 
+def test_a_probe_without_its_plain_rerun_ends_at_the_deepest_depth():
+    """`probe_rerun` off (MLX CUDA after its shapes are built, where each return to plain is a
+    graph switch): the bucket's probe is plain twice and each depth twice, and then it is done,
+    without the closing plain rounds."""
+    rerun, no_rerun = DepthPolicy(max_depth=2), DepthPolicy(max_depth=2, probe_rerun=False)
+    for policy in (rerun, no_rerun):
+        picks = []
+        for _ in range(8):
+            k = policy._probe(4)
+            picks.append(k)
+            if k is not None:
+                policy._count[(4, k)] = policy._count.get((4, k), 0) + 1
+        policy.picks = picks  # type: ignore[attr-defined]
+    assert rerun.picks == [0, 0, 1, 1, 2, 2, 0, 0]  # type: ignore[attr-defined]
+    assert no_rerun.picks == [0, 0, 1, 1, 2, 2, None, None]  # type: ignore[attr-defined]
+
+
 def test_a_gain_within_the_measurement_error_keeps_plain_decoding():
     """Depth 1 predicted 8% ahead of plain (what a contended 2-core CPU measured at B=16 for a
     depth whose true gain was nil) is not enough: drafting must clear min_gain (10%)."""
