@@ -2,7 +2,8 @@
 
 - `builds_per_shape` (MLX CUDA): a round or prefill whose shapes differ from the last ones
   costs a graph build (~15-40 ms on an H200), and padding is cheap. So every drafting round
-  is one graph (drafts padded to draft_depth, workers/drafting.py; the MTP backlog's packed
+  is one graph per batch size (drafts padded to draft_depth, or the fewer max_verify_tokens
+  leaves a row there, workers/drafting.py; the MTP backlog's packed
   window rounded up to 8), and joiners prefill as one padded batch (whole jobs ran 10-20%
   slower in length groups there, bench/prefill_groups.py).
 - `computes_in_launch` (the CPU): MLX's CPU queue admits ~10 tasks of 10 ops ahead, so

@@ -107,9 +107,10 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     # Row-rounds that tried a draft position before the warm-up trusts its measured acceptance
     # to stop early (`_deeper_cannot_pay`); fewer: it assumes every draft would be accepted.
     min_evidence: int = 16
-    # Where every drafting round is the deepest round's graph (MLX CUDA: drafts padded to
-    # draft_depth, workers/drafting.py), depths between 0 and max cost what max costs and
-    # draft less: only 0 and max are probed, explored and chosen.
+    # Where every drafting round is the deepest round's graph (MLX CUDA: drafts padded to the
+    # deepest a row may draft at the batch size, workers/drafting.py), depths between 0 and max
+    # cost what max costs and draft less: only 0 and max are probed, explored and chosen, and
+    # every drafting round is measured as max (workers/round_log.py).
     extremes_only: bool = False
     # No round costs more than one of more rows or more drafts measured (workers/round_costs.py
     # `cost_table`): where each new shape is a build (MLX CUDA) a draining batch's sizes

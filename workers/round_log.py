@@ -20,6 +20,7 @@ class RoundLog:
 
     # Settings of the policy
     max_depth: int
+    extremes_only: bool
     window: int
     decay: float
     run: int
@@ -58,6 +59,12 @@ class RoundLog:
         self._rounds += 1
         self._time_total += step_time_s
         k = int(draft_counts.max(initial=0))
+        if self.extremes_only and k > 0:
+            # Every drafting round is the deepest round's graph (drafts padded to one width per
+            # batch size), whatever the rows drafted: a round capped below max_depth (by
+            # max_verify_tokens at a large B, or rows near their budgets) is a max round. Filed
+            # under its count, a capped batch size never measured max and probed it forever.
+            k = self.max_depth
         self._count_acceptance(draft_counts, num_accepted, k)
         # A switch of depth, and a shape's first round, pay their own one-time costs (a graph
         # rebuild, a build) and are measured as such below, never set aside as spikes.

@@ -229,3 +229,32 @@ def test_the_depth_held_is_the_engines_whichever_batch_size_chose_it():
     assert held[0][-100:] == [0] * 100 and held[1][-100:] == [4] * 100
     assert held[2][-100:] == [4] * 100, held[2]
     assert held[3][:100] == [4] * 100 and held[3][-100:] == [4] * 100, held[3]
+
+
+class CappedMachine(SwitchingMachine):
+    """Rows draft at most `cap` deep whatever the policy allows (max_verify_tokens at a large
+    batch, workers/drafting.py `row_depths`); the round is still the deepest graph."""
+
+    def __init__(self, *args, cap=3, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.cap = cap
+
+    def round(self, policy, B):
+        k = policy.choose(B)
+        drafted = min(k, self.cap)
+        step = (self.draft(B, k) + self.verify(B, k + 1) + self.other(B)) * self.rng.normal(1, 0.03)
+        policy.observe(np.full(B, drafted), np.zeros(B, dtype=int), step)  # nothing accepted
+        return k
+
+
+def test_rounds_capped_below_max_depth_finish_the_probe_as_max_rounds():
+    """With drafts capped under max_depth (a 64-token verify at B = 16 and depth 4), every
+    drafting round is still the max round's graph: it is measured as max, so the bucket's probe
+    ends and a drafter that never pays is left for plain decoding. Filed under the capped
+    count, the probe asked for max forever (found in review, stop 58)."""
+    verify, draft, _ = MACHINES["gpu-like"]
+    machine = CappedMachine(verify, draft, [0.0] * 4, seed=2, cap=3)
+    policy = DepthPolicy(max_depth=4, extremes_only=True, run=4, explore_every=0)
+    picks = [machine.round(policy, 16) for _ in range(60)]
+    assert (16).bit_length() in policy._probed, picks[:20]
+    assert picks[-20:] == [0] * 20, picks
