@@ -44,3 +44,30 @@ def test_other_errors_are_not_retried() -> None:
     with pytest.raises(ValueError, match="bad resources"):
         start_ray(start)
     assert calls == [1]
+
+
+def test_a_retry_kills_what_the_failed_attempt_started_and_nothing_else() -> None:
+    """Processes named as Ray's (here `sleep` run as `raylet`) that the failed attempt started
+    are killed before the retry; one that was running before it (a cluster's node) is not."""
+    import subprocess
+
+    def ray_like() -> subprocess.Popen:
+        return subprocess.Popen(["bash", "-c", "exec -a raylet sleep 60"])
+
+    before = ray_like()
+    started: list[subprocess.Popen] = []
+
+    def start() -> str:
+        started.append(ray_like())
+        if len(started) == 1:
+            raise TIMEOUT
+        return "up"
+
+    try:
+        assert start_ray(start) == "up"
+        assert started[0].wait(timeout=10) == -9  # SIGKILL
+        assert started[1].poll() is None and before.poll() is None
+    finally:
+        for p in (before, *started):
+            p.kill()
+            p.wait()

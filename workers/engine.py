@@ -139,6 +139,7 @@ class Engine(PipelinedRounds):
         self._stats: list[RoundStats] = []
         self._next_id = 0
         self.join_gate = JoinGate(max_wait_steps=self.config.join_wait_steps)
+        self._joins_started = 0  # prefills begun in the step running (the gate's join count)
         if self.config.warm_up:
             warm_up(self)
             # Its joins were of synthetic batches, most beside no running rows: prices come
@@ -243,10 +244,12 @@ class Engine(PipelinedRounds):
                 self.depth_policy.observe(proposal.counts, verdict.num_accepted, step_s)
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
+        started, self._joins_started = self._joins_started, 0
         if stats.batch_size or stats.time_prefill_s > 0:  # an idle step tells nothing
             self.join_gate.observe_step(
-                time.perf_counter() - t0, stats.time_prefill_s > 0, stats.num_prefill_tokens
-            )
+                time.perf_counter() - t0, stats.time_prefill_s > 0, stats.num_prefill_tokens,
+                started,
+            )  # fmt: skip
         return events
 
     def take_round_stats(self) -> list[RoundStats]:

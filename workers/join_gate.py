@@ -12,7 +12,8 @@ Joining a little later trades idle slots for fewer joins, a rent-or-buy choice (
 step a ready joiner is held, its slot idles and the batch emits that share of a round fewer
 tokens (the rent: ready / (running + ready) of a steady step's seconds); a join costs the buy
 price, its fixed seconds. The gate holds while the rent paid is below the price, so a held join
-costs at most twice what joining at once would (the classic 2-competitive bound), and no joiner
+costs about twice what joining at once would at most (the classic 2-competitive bound, plus the
+last held step's rent), and no joiner
 waits more than `max_wait_steps` steps. It holds only while more requests wait than the free
 slots take (a queue: a batch job, saturated serving), where a slot freeing next step brings
 another row into the same join; a request that fits now joins now. TGI's router makes the same trade with fixed settings
@@ -45,12 +46,13 @@ class JoinGate:
     window: int = 32  # recent steady steps and join runs kept
     min_samples: int = 4  # join runs before the price is read from them
     _steady: deque = field(default_factory=deque)  # seconds of recent steps without a prefill
-    _runs: deque = field(default_factory=deque)  # (extra seconds, prompt tokens) of recent joins
-    _run: list = field(default_factory=list)  # the join run in progress: [seconds, tokens, steps]
+    _runs: deque = field(default_factory=deque)  # (extra seconds, prompt tokens) per join
+    _run: list = field(default_factory=list)  # a join run: [seconds, tokens, steps, joins]
     _rent: float = 0.0  # seconds of output the held joiners' idle slots have cost
     _held: int = 0  # steps the ready joiners have been held
-    # Rows a join's length group left for the next prefill (workers/prefill_job.py
-    # `similar_lengths`) were held already: they follow at once (`follow_up`).
+    # Ready rows a join left for the next prefill (another length group, workers/prefill_job.py
+    # `similar_lengths`; or rows deferred behind a shared uncached prefix or the KV budget) were
+    # held already: they follow at once (`follow_up`).
     _open: bool = False
 
     def __post_init__(self) -> None:
@@ -60,22 +62,30 @@ class JoinGate:
             )
 
     # -- what the engine reports ------------------------------------------------------------------
-    def observe_step(self, seconds: float, prefilled: bool, prefill_tokens: int) -> None:
+    def observe_step(
+        self, seconds: float, prefilled: bool, prefill_tokens: int, started: int = 0
+    ) -> None:
         """One engine step's wall time; `prefilled`: a prefill started, advanced or finished
-        in it; `prefill_tokens`: prompt tokens of the rows whose prefill finished in it."""
+        in it; `prefill_tokens`: prompt tokens of the rows whose prefill finished in it;
+        `started`: prefills (joins) that began in it."""
         if prefilled:
             if not self._run:
-                self._run = [0.0, 0, 0]
+                self._run = [0.0, 0, 0, 0]
             self._run[0] += seconds
             self._run[1] += prefill_tokens
             self._run[2] += 1
+            self._run[3] += started
             return
         if self._run:  # the step after a join run carries the rest of its cost
             steady = self.steady_s()
-            total, tokens, steps = self._run
+            total, tokens, steps, joins = self._run
             self._run = []
             if steady is not None and tokens > 0:
-                self._push(self._runs, (total + seconds - (steps + 1) * steady, tokens))
+                # Joins back to back (a length group's rest, rows leaving a step apart) are
+                # one run: each join is priced at the run's mean, so a run of two is not read
+                # as one join with twice the fixed part.
+                n = max(1, joins)
+                self._push(self._runs, ((total + seconds - (steps + 1) * steady) / n, tokens / n))
             return
         self._push(self._steady, seconds)
 
@@ -134,6 +144,6 @@ class JoinGate:
         return True
 
     def follow_up(self) -> None:
-        """The join just started left ready rows behind (another length group): they start
-        the next prefill without being held again."""
+        """The join just started left ready rows behind (another length group, or rows
+        `pick_joining` deferred): they start the next prefill without being held again."""
         self._open = True

@@ -39,6 +39,7 @@ class Membership:
     drafter: Drafter | None
     depth_policy: DepthPolicy | None
     join_gate: JoinGate
+    _joins_started: int
     kv_quant: KVQuant | None
     kv_budget: int
     row_factory: RowFactory
@@ -67,7 +68,8 @@ class Membership:
         tail = joining + list(self.waiting)  # in the order they join
         if B + len(tail) <= 1:
             return None
-        free = max(0, self.config.max_batch_size - B)  # joiners take these at once
+        # Joiners take these at once (held up to join_wait_steps with the join gate on)
+        free = max(0, self.config.max_batch_size - B)
         return DrainingRows.of(self.rows, tail, free_slots=free)
 
     # -- membership -----------------------------------------------------------------------------
@@ -137,6 +139,7 @@ class Membership:
             self._prefill = start_prefill(
                 self.model, self.kv_quant, self.prefix_cache, joining, tail, stats
             )
+            self._joins_started += 1
         else:
             self.settle_unless_routed()
         p = self._prefill

@@ -68,6 +68,21 @@ def test_the_step_after_a_join_counts_toward_its_cost() -> None:
     assert gate.price_s() == pytest.approx(0.004, rel=0.02)
 
 
+def test_joins_back_to_back_are_priced_one_by_one() -> None:
+    """Two joins in consecutive steps make one run of prefill steps: each is priced at the
+    run's mean, not as one join with twice the fixed part."""
+    gate = JoinGate(max_wait_steps=8)
+    for _ in range(10):
+        gate.observe_step(STEADY, False, 0)
+    fixed, per_token = 0.004, 1e-5
+    for i in range(8):
+        tokens = [100 + 20 * i] if i % 2 else [60 + 10 * i, 60 + 10 * i]  # one join, or two
+        for t in tokens:
+            gate.observe_step(STEADY + fixed + per_token * t, True, t, started=1)
+        gate.observe_step(STEADY, False, 0)
+    assert gate.price_s() == pytest.approx(fixed, rel=0.05)
+
+
 def test_holds_until_the_idle_slots_rent_pays_the_price() -> None:
     gate = taught(fixed_s=0.004, per_token_s=0.0)  # price 4 ms; a steady step 4 ms
     # 4 ready beside 12 running: each held step idles a quarter of a step, 1 ms.
