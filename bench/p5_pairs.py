@@ -162,8 +162,8 @@ def parse_join_waits(text: str) -> tuple[int, int]:
 
 def ab_join_wait(plain: Engine, mtp: Engine, prompts, sp, pairs: int, waits: tuple[int, int]):
     """Waiting rows joining at once (off: max_wait_steps waits[0], 0 as before stop 58), then
-    held up to waits[1] steps to join several at a time (workers/join_gate.py). The gates
-    keep what they measured across passes."""
+    held up to waits[1] steps to join several at a time (workers/join_gate.py). A gate
+    learns its price in the passes it is on (an engine feeds it only then) and keeps it."""
 
     def apply(engine: Engine, on: bool) -> None:
         engine.join_gate.max_wait_steps = waits[on]

@@ -245,7 +245,8 @@ class Engine(PipelinedRounds):
         if stats.batch_size or stats.num_prefill_tokens:
             self._stats.append(stats)
         started, self._joins_started = self._joins_started, 0
-        if stats.batch_size or stats.time_prefill_s > 0:  # an idle step tells nothing
+        # Fed only while it may hold (off by default): an idle step tells it nothing either.
+        if self.join_gate.max_wait_steps and (stats.batch_size or stats.time_prefill_s > 0):
             self.join_gate.observe_step(
                 time.perf_counter() - t0, stats.time_prefill_s > 0, stats.num_prefill_tokens,
                 started,
