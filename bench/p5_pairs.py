@@ -221,6 +221,8 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
     # Every bucket counted warm, as if the warm-up had probed them all: no live probe rounds
     "no_probe": lambda p: p._probed.update(range(1, 64)),
+    # Both: no job-end rule and no live probes (what stop 59 measured each gaining on CUDA)
+    "lean": lambda p: (setattr(p, "job_view", None), p._probed.update(range(1, 64))),
     # Each bucket's probe without its closing plain rounds (two switches fewer a bucket)
     "no_rerun": lambda p: setattr(p, "probe_rerun", False),
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
@@ -314,9 +316,12 @@ def main() -> None:
             ) -> Engine:
                 if not mtp:
                     return Engine.load(args.model_dir, max_batch_size=B, warm_up=args.adaptive)
+                # A fixed depth warms up too (on MLX CUDA, every shape built before the timed
+                # passes; without it, stop 59's "fixed" paid builds the draining sizes met
+                # in them: 1.19x plain at B = 16 where "forced_max" read 1.48x)
                 return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   draft_depth=args.depth, **(served if adaptive else {}),
-                                   **config)  # fmt: skip
+                                   draft_depth=args.depth, warm_up=args.adaptive,
+                                   adaptive_depth=adaptive, **config)  # fmt: skip
 
             if args.ab_policy:
                 name = "policy"
