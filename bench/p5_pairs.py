@@ -228,12 +228,19 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views
     "refresh_32": lambda p: setattr(p, "refresh_every", 32),
     "fixed": None,
+    "fixed_3": None,  # MTP at fixed depth 3 (whatever --depth is), no policy
+    "fixed_2": None,
     "verify_64": lambda p: None,  # as_is on an engine whose verify carries <= 64 tokens
 }
 # Variants that are engine settings, given to `make` (read at construction): at B = 16 a
 # 64-token verify caps drafting at depth 3, and its padded graph at [16, 4] (stop 57: depth 3
-# held read 1.50x plain where the policy, padding to depth 4's 80 rows, read 1.06-1.14).
-ENGINE_VARIANTS: dict[str, dict] = {"verify_64": {"max_verify_tokens": 64}}
+# held read 1.50x plain where the policy, padding to depth 4's 80 rows, read 1.06-1.14; stop
+# 59, both warmed up, 8 pairs in one process: depth 2 / 3 / 4 held 1.10 / 1.18 / 1.21).
+ENGINE_VARIANTS: dict[str, dict] = {
+    "verify_64": {"max_verify_tokens": 64},
+    "fixed_3": {"draft_depth": 3},
+    "fixed_2": {"draft_depth": 2},
+}
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
@@ -319,9 +326,10 @@ def main() -> None:
                 # A fixed depth warms up too (on MLX CUDA, every shape built before the timed
                 # passes; without it, stop 59's "fixed" paid builds the draining sizes met
                 # in them: 1.19x plain at B = 16 where "forced_max" read 1.48x)
+                config = {"draft_depth": args.depth, **config}  # a variant's own depth wins
                 return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   draft_depth=args.depth, warm_up=args.adaptive,
-                                   adaptive_depth=adaptive, **config)  # fmt: skip
+                                   warm_up=args.adaptive, adaptive_depth=adaptive,
+                                   **config)  # fmt: skip
 
             if args.ab_policy:
                 name = "policy"
