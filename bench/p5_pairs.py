@@ -326,10 +326,11 @@ def main() -> None:
                 # A fixed depth warms up too (on MLX CUDA, every shape built before the timed
                 # passes; without it, stop 59's "fixed" paid builds the draining sizes met
                 # in them: 1.19x plain at B = 16 where "forced_max" read 1.48x)
-                config = {"draft_depth": args.depth, **config}  # a variant's own depth wins
-                return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B,
-                                   warm_up=args.adaptive, adaptive_depth=adaptive,
-                                   **config)  # fmt: skip
+                settings = {  # a variant's own settings win (ENGINE_VARIANTS)
+                    "draft_depth": args.depth, "warm_up": args.adaptive,
+                    "adaptive_depth": adaptive, **config,
+                }  # fmt: skip
+                return Engine.load(args.model_dir, drafter="mtp", max_batch_size=B, **settings)
 
             if args.ab_policy:
                 name = "policy"

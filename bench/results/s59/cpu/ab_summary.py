@@ -15,9 +15,14 @@ for path in sys.argv[1:]:
     for line in open(path):
         r = json.loads(line)
         by_rep.setdefault((path, r["rep"]), {})[r["tag"]] = max(r["a"]["wall"], r["b"]["wall"])
+for key in [k for k, v in by_rep.items() if "plain" not in v]:
+    print(f"skipped {key}: no plain pair", file=sys.stderr)
+    del by_rep[key]
 for tag in sorted({r["tag"] for r in rows} - {"plain"}):
     ratios = [v["plain"] / v[tag] for v in by_rep.values() if tag in v]
     print(tag, [round(x, 3) for x in ratios], "median", round(statistics.median(ratios), 3))
-for r in rows:
-    if r["tag"] != "plain" and not r["tag"].lstrip("b-").startswith("k"):
-        print(r["rep"], r["tag"], r["a"]["depths"], r["b"]["depths"])
+for path in sys.argv[1:]:
+    for line in open(path):
+        r = json.loads(line)
+        if r["tag"] != "plain" and not r["tag"].removeprefix("b-").startswith("k"):
+            print(path, r["rep"], r["tag"], r["a"]["depths"], r["b"]["depths"])
