@@ -205,6 +205,13 @@ def _job_end_drain_only(policy: DepthPolicy) -> None:
     policy.job_view = drain_only
 
 
+def _probing(policy: DepthPolicy) -> None:
+    policy.job_end = True
+    if not policy.live_probes:
+        policy.live_probes = True
+        policy._probed.clear()  # (nothing is probed before the first live round)
+
+
 # Depth-policy variants `--ab-policy` can run, each set on an adaptive engine's policy before
 # any live round; "fixed" is MTP at fixed --depth (no policy).
 POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
@@ -221,8 +228,11 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
     # Every bucket counted warm, as if the warm-up had probed them all: no live probe rounds
     "no_probe": lambda p: p._probed.update(range(1, 64)),
-    # Both: no job-end rule and no live probes (what stop 59 measured each gaining on CUDA)
+    # Both: no job-end rule and no live probes (stop 59's; MLX CUDA's default since)
     "lean": lambda p: (setattr(p, "job_view", None), p._probed.update(range(1, 64))),
+    # The CUDA policy before stop 59: buckets probed on traffic, the job-end rule on (where
+    # they are off: MLX CUDA)
+    "probing": _probing,
     # Each bucket's probe without its closing plain rounds (two switches fewer a bucket)
     "no_rerun": lambda p: setattr(p, "probe_rerun", False),
     # A fresh choice every 32 rounds of a batch size, not 8: a quarter of the fits and job views

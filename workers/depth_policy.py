@@ -36,9 +36,10 @@ two switches of depth (MLX CUDA builds a graph per shape: ~15-30 ms each on an H
 drafting round is the deepest round's graph (`extremes_only`, MLX CUDA) only 0 and max are used.
 Near a job's end (no arrivals lately, few waiting) tokens per second no longer decide: the batch drains
 and its slowest rows set its time, so the policy then picks the depth that finishes the
-running and waiting rows soonest (`job_view`, workers/drain.py). On MLX CUDA, depths are probed
-and explored in runs of `run` rounds, and rounds that paid a compile are set aside
-(`one_off_max`).
+running and waiting rows soonest (`job_view`, workers/drain.py). On MLX CUDA, depths are
+explored in runs of `run` rounds, rounds that paid a compile are set aside (`one_off_max`), and
+neither live probes nor the job-end rule run (`live_probes`, `job_end`): each is a run of graph
+switches there.
 A serving engine runs every bucket's warm-up before traffic, on synthetic prompts
 (workers/warm_up.py, `end_warm_up`); live costs are then read against it scaled by the drift of
 plain rounds since (`_cells`), and a predicted gain must also clear the medians' error
@@ -124,8 +125,17 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     # A bucket's probe ends with plain rounds again (`_probe`): a fresh process's first rounds
     # read plain dearer than it is. Off (`bench.p5_pairs --ab-policy no_rerun`) where that
     # coldness is gone before traffic and each return to plain is a graph switch (MLX CUDA
-    # after `build_shapes`); on until a device run measures it.
+    # after `build_shapes`); on until a device run measures it (stop 59, H200: level).
     probe_rerun: bool = True
+    # Whether buckets are probed on traffic (`_probe`) and the job-end rule below applies. Both
+    # off where a change of depth rebuilds the round's graph (MLX CUDA): each probe and each
+    # drain choice of plain is a run of switches there. Off together, the policy read MTP ÷
+    # plain 1.28 / 1.38 / 1.54 / 1.55 at B = 16 / 8 / 4 / 1, against 1.14-1.19 / 1.28 / 1.48 /
+    # 1.54 with them, in six runs of 6-10 pairs (trained hybrid, H200, served traffic, cap 4;
+    # `bench.p5_pairs --ab-policy lean`, bench/results/s59). Off one at a time, neither moved
+    # the median past the card's noise.
+    live_probes: bool = True
+    job_end: bool = True
     # The running rows and those still to join them when the job's end is in sight, built
     # when asked (the engine's `_job_view`; None: requests keep arriving, or many wait). A
     # choice made afresh asks, and then picks the depth that finishes them all soonest
@@ -185,6 +195,8 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
             raise ValueError(f"DepthPolicy.max_depth={self.max_depth} is invalid: use >= 1")
         self._tried = np.zeros(self.max_depth)
         self._hit = np.zeros(self.max_depth)
+        if not self.live_probes:  # every bucket counted probed: none is probed on traffic
+            self._probed.update(range(1, 64))
 
     def acceptance(self) -> np.ndarray:
         """[max_depth] conditional acceptance per draft position (0.5 before any evidence)."""
@@ -226,7 +238,7 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
             self._held = depth
             return depth
         current = self._current(batch_size)
-        drain = self.job_view() if self.job_view is not None else None
+        drain = self.job_view() if self.job_end and self.job_view is not None else None
         if drain is not None and len(drain.remaining) == batch_size:
             best = self._drain_choice(drain, switching_from=current)
         else:

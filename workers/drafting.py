@@ -65,6 +65,8 @@ def attach_drafter(
         # job read 0.80 and 0.94 with the cap against 1.08 and 0.99 without, s35)
         cap_by_larger=backend.builds_per_shape,
         hold_depth=backend.builds_per_shape,
+        live_probes=not backend.builds_per_shape,  # each a run of graph switches there
+        job_end=not backend.builds_per_shape,
     )
     cost_ratio = getattr(drafter, "cost_ratio", None)
     if cost_ratio is not None:

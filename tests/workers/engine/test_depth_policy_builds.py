@@ -172,6 +172,7 @@ def _phases(
     rounds: int = 1000,
     explore: int = 16,
     sizes: list[int] | None = None,
+    live_probes: bool = True,
 ) -> list[list[int]]:
     """Depths chosen over phases of `rounds` rounds each (acceptance evidence decays by 0.995 a
     round: 1000 rounds forget a phase), at the phase's batch size (`sizes`, else 8), every row
@@ -180,7 +181,7 @@ def _phases(
     of 4 rounds."""
     rng = np.random.default_rng(7)
     policy = DepthPolicy(max_depth=4, extremes_only=True, hold_depth=hold, explore_every=explore,
-                         run=4)  # fmt: skip
+                         run=4, live_probes=live_probes)  # fmt: skip
     picks: list[list[int]] = []
     for p, B in zip(accepts, sizes or [8] * len(accepts), strict=True):
         picks.append([])
@@ -204,6 +205,26 @@ def test_a_held_depth_is_kept_while_no_slower_than_plain_and_left_when_it_loses(
     assert held[1][-100:] == [4] * 100, held[1]
     assert free[1][-100:] == [0] * 100, free[1]
     assert held[2][-100:] == [0] * 100 and free[2][-100:] == [0] * 100, held[2]
+
+
+def test_without_live_probes_exploration_alone_finds_where_drafting_pays_and_where_not():
+    """MLX CUDA's policy probes no bucket on traffic (`live_probes` off: each probe is a run
+    of graph switches there). It starts plain and learns from explorations: depth 4 where it
+    pays 2x (acceptance 0.9), plain where it loses (0.4), as the probing policy does. A bucket
+    first met (size 8, then 2) opens with one switch to drafting, where a probe ladder (plain,
+    depth 4, plain again, then the choice) makes three."""
+    lean = _phases(True, [0.9, 0.4], live_probes=False)
+    probing = _phases(True, [0.9, 0.4])
+    assert lean[0][-100:] == [4] * 100 == probing[0][-100:], lean[0]
+    assert lean[1][-100:].count(0) >= 90 and probing[1][-100:].count(0) >= 90, lean[1]
+
+    def switches(picks: list[int]) -> int:
+        return sum(a != b for a, b in zip(picks, picks[1:]))
+
+    fresh = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2], live_probes=False)[1]
+    probed = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2])[1]
+    assert switches(fresh[:60]) == 1 and fresh[-100:] == [4] * 100, fresh[:60]
+    assert switches(probed[:60]) == 3 and probed[-100:] == [4] * 100, probed[:60]
 
 
 def test_a_held_depth_explores_plain_only_where_that_could_change_the_choice():
