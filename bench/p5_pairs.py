@@ -206,10 +206,7 @@ def _job_end_drain_only(policy: DepthPolicy) -> None:
 
 
 def _probing(policy: DepthPolicy) -> None:
-    policy.job_end = True
-    if not policy.live_probes:
-        policy.live_probes = True
-        policy._probed.clear()  # (nothing is probed before the first live round)
+    policy.job_end = policy.live_probes = True
 
 
 # Depth-policy variants `--ab-policy` can run, each set on an adaptive engine's policy before

@@ -129,11 +129,13 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     probe_rerun: bool = True
     # Whether buckets are probed on traffic (`_probe`) and the job-end rule below applies. Both
     # off where a change of depth rebuilds the round's graph (MLX CUDA): each probe and each
-    # drain choice of plain is a run of switches there. Off together, the policy read MTP ÷
-    # plain 1.28 / 1.38 / 1.54 / 1.55 at B = 16 / 8 / 4 / 1, against 1.14-1.19 / 1.28 / 1.48 /
-    # 1.54 with them, in six runs of 6-10 pairs (trained hybrid, H200, served traffic, cap 4;
-    # `bench.p5_pairs --ab-policy lean`, bench/results/s59). Off one at a time, neither moved
-    # the median past the card's noise.
+    # drain choice of plain is a run of switches there. Off together (`bench.p5_pairs
+    # --ab-policy lean`), the policy read MTP ÷ plain 1.25-1.28 / 1.37-1.38 / 1.55 / 1.54 at
+    # B = 16 / 8 / 4 / 1, against 1.14-1.19 / 1.28-1.32 / 1.48 / 1.54 with them, in five runs
+    # of 6-10 pairs (trained hybrid, H200, served traffic, cap 4; bench/results/s59). Not yet
+    # measured as the default (the job-end rule alone, flipped as one, reversed its variant's
+    # gain): the next device run compares `as_is` with `probing`. Without live probes a
+    # bucket's `settled_plain` answers from the prices it has (fits, larger sizes' cells).
     live_probes: bool = True
     job_end: bool = True
     # The running rows and those still to join them when the job's end is in sight, built
@@ -195,8 +197,6 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
             raise ValueError(f"DepthPolicy.max_depth={self.max_depth} is invalid: use >= 1")
         self._tried = np.zeros(self.max_depth)
         self._hit = np.zeros(self.max_depth)
-        if not self.live_probes:  # every bucket counted probed: none is probed on traffic
-            self._probed.update(range(1, 64))
 
     def acceptance(self) -> np.ndarray:
         """[max_depth] conditional acceptance per draft position (0.5 before any evidence)."""
@@ -343,10 +343,10 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
         self.__dict__.update(kept)
 
     def settled_plain(self, batch_size: int) -> bool:
-        """This batch size's warm-up is done and drafting does not pay there: what a drafter
-        would prepare for rows joining such a batch (an MTP head's prompt pairs) goes unused.
-        Asks without choosing (no exploration is spent)."""
-        if int(batch_size).bit_length() not in self._probed:
+        """This batch size's warm-up is done (or none runs: `live_probes`) and drafting does
+        not pay there: what a drafter would prepare for rows joining such a batch (an MTP
+        head's prompt pairs) goes unused. Asks without choosing (no exploration is spent)."""
+        if self.live_probes and int(batch_size).bit_length() not in self._probed:
             return False
         rates = self._rates(batch_size)[self.depths()]
         return bool(rates.max() < (1 + self.min_gain) * rates[0])

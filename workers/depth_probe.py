@@ -31,6 +31,7 @@ class BucketProbe:
     _time_total: float
     # Kept here
     _probed: set  # batch-size buckets whose warm-up is done
+    live_probes: bool  # False: no bucket is probed on traffic (MLX CUDA)
     _explore_loss: float  # predicted seconds exploration has cost over the best depth
 
     def depths(self) -> list[int]:
@@ -66,7 +67,7 @@ class BucketProbe:
         draft and never tried it.
         """
         bucket = int(batch_size).bit_length()
-        if bucket in self._probed:
+        if bucket in self._probed or not self.live_probes:
             return None
         counts, need = self._bucket_counts(bucket), max(2, self.run)
         for k in self.depths():

@@ -226,6 +226,9 @@ def test_policy_variants_set_what_they_name():
         p = DepthPolicy(max_depth=3, job_view=lambda: None, cap_by_larger=True, hold_depth=True)
         POLICY_VARIANTS[name](p)  # type: ignore[misc]
         assert not getattr(p, setting), name
+    cuda = DepthPolicy(max_depth=3, live_probes=False, job_end=False)  # MLX CUDA's settings
+    POLICY_VARIANTS["probing"](cuda)  # type: ignore[misc]
+    assert cuda.live_probes and cuda.job_end and cuda._probe(16) == 0  # the policy before
     forced = DepthPolicy(max_depth=3)
     POLICY_VARIANTS["forced_max"](forced)  # type: ignore[misc]
     assert forced.choose(16) == 3 and forced.choose(1) == 3

@@ -209,10 +209,11 @@ def test_a_held_depth_is_kept_while_no_slower_than_plain_and_left_when_it_loses(
 
 def test_without_live_probes_exploration_alone_finds_where_drafting_pays_and_where_not():
     """MLX CUDA's policy probes no bucket on traffic (`live_probes` off: each probe is a run
-    of graph switches there). It starts plain and learns from explorations: depth 4 where it
-    pays 2x (acceptance 0.9), plain where it loses (0.4), as the probing policy does. A bucket
-    first met (size 8, then 2) opens with one switch to drafting, where a probe ladder (plain,
-    depth 4, plain again, then the choice) makes three."""
+    of graph switches there) and learns from its choices and explorations: depth 4 where it
+    pays 2x (acceptance 0.9), plain where it loses (0.4), as the probing policy does. A
+    bucket first met (size 8, then 2) costs two switches (the size's first fresh choice is
+    plain, priced by the fit, then depth 4) where a probe ladder (plain, depth 4, plain again,
+    then the choice) costs four."""
     lean = _phases(True, [0.9, 0.4], live_probes=False)
     probing = _phases(True, [0.9, 0.4])
     assert lean[0][-100:] == [4] * 100 == probing[0][-100:], lean[0]
@@ -221,10 +222,25 @@ def test_without_live_probes_exploration_alone_finds_where_drafting_pays_and_whe
     def switches(picks: list[int]) -> int:
         return sum(a != b for a, b in zip(picks, picks[1:]))
 
-    fresh = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2], live_probes=False)[1]
-    probed = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2])[1]
-    assert switches(fresh[:60]) == 1 and fresh[-100:] == [4] * 100, fresh[:60]
-    assert switches(probed[:60]) == 3 and probed[-100:] == [4] * 100, probed[:60]
+    fresh = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2], live_probes=False)
+    probed = _phases(True, [0.9, 0.9], rounds=300, sizes=[8, 2])
+    for picks in (fresh, probed):  # both draft at size 8 when size 2 starts, and end drafting
+        assert picks[0][-1] == 4 and picks[1][-100:] == [4] * 100, picks[1][:60]
+    assert switches(fresh[0][-1:] + fresh[1][:60]) == 2, fresh[1][:60]
+    assert switches(probed[0][-1:] + probed[1][:60]) == 4, probed[1][:60]
+
+
+def test_without_the_job_end_rule_the_job_is_never_viewed():
+    """MLX CUDA's policy (`job_end` off) chooses by tokens per second throughout: the engine's
+    job view, which costs O(B + W) reads and drives the drain choice, is never asked for."""
+    asked = []
+    for job_end in (True, False):
+        p = DepthPolicy(max_depth=4, extremes_only=True, job_end=job_end, live_probes=False,
+                        job_view=lambda on=job_end: asked.append(on))  # fmt: skip
+        for _ in range(40):
+            k = p.choose(8)
+            p.observe(np.full(8, k), np.full(8, k), 0.020 if k else 0.010)
+    assert asked and set(asked) == {True}
 
 
 def test_a_held_depth_explores_plain_only_where_that_could_change_the_choice():
