@@ -224,9 +224,9 @@ POLICY_VARIANTS: dict[str, Callable[[DepthPolicy], None] | None] = {
     "no_hold": lambda p: setattr(p, "hold_depth", False),  # as before stop 39
     "no_explore": lambda p: setattr(p, "explore_every", 0),  # no exploration rounds
     # Every bucket counted warm, as if the warm-up had probed them all: no live probe rounds
-    "no_probe": lambda p: p._probed.update(range(1, 64)),
+    "no_probe": lambda p: setattr(p, "live_probes", False),
     # Both: no job-end rule and no live probes (stop 59's; MLX CUDA's default since)
-    "lean": lambda p: (setattr(p, "job_view", None), p._probed.update(range(1, 64))),
+    "lean": lambda p: (setattr(p, "live_probes", False), setattr(p, "job_end", False)),
     # The CUDA policy before stop 59: buckets probed on traffic, the job-end rule on (where
     # they are off: MLX CUDA)
     "probing": _probing,
