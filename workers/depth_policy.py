@@ -132,10 +132,12 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     # drain choice of plain is a run of switches there. Off together (`bench.p5_pairs
     # --ab-policy lean`), the policy read MTP ÷ plain 1.25-1.28 / 1.37-1.38 / 1.55 / 1.54 at
     # B = 16 / 8 / 4 / 1, against 1.14-1.19 / 1.28-1.32 / 1.48 / 1.54 with them, in five runs
-    # of 6-10 pairs (trained hybrid, H200, served traffic, cap 4; bench/results/s59). Not yet
-    # measured as the default (the job-end rule alone, flipped as one, reversed its variant's
-    # gain): the next device run compares `as_is` with `probing`. Without live probes a
-    # bucket's `settled_plain` answers from the prices it has (fits, larger sizes' cells).
+    # of 6-10 pairs (trained hybrid, H200, served traffic, cap 4; bench/results/s59). As the
+    # default (stop 60) most of that gain did not hold: 1.50 / 1.41 / 1.33 / 1.20 at B = 1 / 4
+    # / 8 / 16 against 1.38 / 1.32 / 1.18 for the policy with both (`probing`, B = 4 / 8 /
+    # 16), level within the card's spread but never below it. Kept: fewer switches, less
+    # host work. Without live probes a bucket's `settled_plain` answers from the prices it has
+    # (fits, larger sizes' cells).
     live_probes: bool = True
     job_end: bool = True
     # The running rows and those still to join them when the job's end is in sight, built
