@@ -68,13 +68,22 @@ def parse_row_limits(text: str) -> tuple[RowLimits, RowLimits]:
     return off, on
 
 
+def in_turns(items: list, rep: int) -> list:
+    """`items` in order on even repeats and reversed on odd ones: whatever favours a place in
+    a repeat (the first pass after the last, the second of two engines) falls on every item
+    alike over two repeats. Stop 60 met a setting that read +0.06-0.14 over the policy as the
+    second engine of each repeat and +0.02 as the first; a place effect was not measured, but
+    this rules it out."""
+    return list(items) if rep % 2 == 0 else list(reversed(items))
+
+
 def ab_row_linear(
     plain: Engine, mtp: Engine, prompts, sp, pairs: int,
     limits: tuple[RowLimits, RowLimits] | None = None,
 ) -> dict:  # fmt: skip
-    """Per repeat: plain and MTP passes with the per-row gemv route off, then on, in place; with
-    `limits` (off, on), the route stays installed and "off" / "on" are its (ROWS_MAX,
-    ROW_BYTES_MAX) limits."""
+    """Per repeat: plain and MTP passes with the per-row gemv route off, then on (on, then off
+    every other repeat: `in_turns`), in place; with `limits` (off, on), the route stays
+    installed and "off" / "on" are its (ROWS_MAX, ROW_BYTES_MAX) limits."""
     from workers import row_linear
     from workers.compiled_step import CompiledStep
 
@@ -105,8 +114,8 @@ def ab_row_linear(
     for state in ("off", "on"):  # warm: each state's kernels, graphs and traces built
         route(state)
         timed_pass(plain, prompts, sp), timed_pass(mtp, prompts, sp)
-    for _ in range(pairs):
-        for state in ("off", "on"):
+    for rep in range(pairs):
+        for state in in_turns(["off", "on"], rep):
             route(state)
             runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
             runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
@@ -130,11 +139,11 @@ def on_off_summary(runs: dict[str, list[float]]) -> dict:
 
 
 def ab_setting(plain: Engine, mtp: Engine, prompts, sp, pairs: int, apply) -> dict:
-    """Per repeat: plain and MTP passes with a setting off, then on, set in place on both
-    engines by `apply(engine, on)` (left on, as the last pass set it)."""
+    """Per repeat: plain and MTP passes with a setting off, then on (in turns: `in_turns`), set
+    in place on both engines by `apply(engine, on)` (left as the last pass set it)."""
     runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
-    for _ in range(pairs):
-        for state in ("off", "on"):
+    for rep in range(pairs):
+        for state in in_turns(["off", "on"], rep):
             for name, engine in (("plain", plain), ("mtp", mtp)):
                 apply(engine, state == "on")
                 runs[f"{name}_{state}"].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
@@ -172,8 +181,9 @@ def ab_join_wait(plain: Engine, mtp: Engine, prompts, sp, pairs: int, waits: tup
 
 
 def ab_launch(make, prompts, sp, pairs: int) -> dict:
-    """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on;
-    each engine built with the setting (it is read at construction), all four in one process."""
+    """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on
+    (in turns: `in_turns`); each engine built with the setting (it is read at construction),
+    all four in one process."""
     from bench.gpu import env_off
     from workers import launch
 
@@ -186,9 +196,9 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
     for engine in engines.values():  # warm: every shape's kernels and graphs built once
         engine.generate(prompts, sp)
     runs: dict[str, list[float]] = {k: [] for k in engines}
-    for _ in range(pairs):
-        for name, engine in engines.items():
-            runs[name].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+    for rep in range(pairs):
+        for name in in_turns(list(engines), rep):
+            runs[name].append(timed_pass(engines[name], prompts, sp)["tokens_per_s"])
     return on_off_summary(runs)
 
 
@@ -251,8 +261,8 @@ ENGINE_VARIANTS: dict[str, dict] = {
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
-    """Per repeat, for each variant in turn (`POLICY_VARIANTS`): a plain pass, then the
-    variant's MTP pass; one engine per variant keeps its policy's state, all in one process
+    """Per repeat, for each variant in turn (`POLICY_VARIANTS`; the order reversed every other
+    repeat, `in_turns`): a plain pass, then the variant's MTP pass; one engine per variant keeps its policy's state, all in one process
     (every shape built once for all of them in the warm passes). Each variant's figure is
     the median of its passes' ratios to the plain pass just before."""
     unknown = sorted(set(names) - set(POLICY_VARIANTS))
@@ -270,11 +280,11 @@ def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
         engine.generate(prompts, sp)
     runs: dict[str, list[float]] = {k: [] for k in ("plain", *names)}
     ratios: dict[str, list[float]] = {k: [] for k in names}
-    for _ in range(pairs):
-        for name, engine in engines.items():
+    for rep in range(pairs):
+        for name in in_turns(names, rep):
             base = timed_pass(plain, prompts, sp)["tokens_per_s"]
             runs["plain"].append(base)
-            runs[name].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
+            runs[name].append(timed_pass(engines[name], prompts, sp)["tokens_per_s"])
             ratios[name].append(runs[name][-1] / base)
     return {
         "tokens_per_s": {k: [round(x, 1) for x in v] for k, v in runs.items()},

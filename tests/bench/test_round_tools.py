@@ -107,7 +107,8 @@ def test_ab_join_wait_sets_each_states_wait_on_both_engines(monkeypatch):
 
     monkeypatch.setattr(p5, "timed_pass", timed)
     out = p5.ab_join_wait(plain, mtp, PROMPTS[:1], SamplingParams(max_tokens=2), 2, (0, 8))
-    assert seen == [(False, 0), (True, 0), (False, 8), (True, 8)] * 2
+    off, on = [(False, 0), (True, 0)], [(False, 8), (True, 8)]
+    assert seen == off + on + on + off  # the second repeat in the other order
     assert out["summary"]["mtp_on_over_off"] == 2.0 and out["summary"]["plain_on_over_off"] == 2.0
     for bad in ("8", "0,-1", "a,b"):
         with pytest.raises(SystemExit, match="--ab-join-wait="):
@@ -246,6 +247,35 @@ def test_policy_variants_set_what_they_name():
 
     ab_policy(make, PROMPTS[:1], [SamplingParams(max_tokens=2)], 1, ["verify_64", "as_is"])
     assert made == [(False, True, {}), (True, True, {"max_verify_tokens": 64}), (True, True, {})]
+
+
+def test_ab_passes_take_turns_so_no_variant_always_runs_first(monkeypatch):
+    """Every other repeat reverses the order of the variants (and of off / on): a variant's
+    MTP pass still follows its own plain pass, and each place in a repeat falls on each."""
+    import bench.p5_pairs as p5
+
+    assert p5.in_turns(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert p5.in_turns(["a", "b", "c"], 1) == ["c", "b", "a"]
+    order = []
+
+    def timed(engine, prompts, sp):  # type: ignore[no-untyped-def]
+        order.append(engine.tag)
+        return {"tokens_per_s": 2.0 if engine.tag != "plain" else 1.0}
+
+    monkeypatch.setattr(p5, "timed_pass", timed)
+    variants = 0
+
+    def tagged(mtp: bool, adaptive: bool = True, **config: object):  # type: ignore[no-untyped-def]
+        nonlocal variants
+        engine = Engine.load(max_batch_size=2, **({"drafter": "mtp", "adaptive_depth": True,
+                                                   **config} if mtp else {}))  # fmt: skip
+        engine.tag = f"v{variants}" if mtp else "plain"  # type: ignore[attr-defined]
+        variants += mtp
+        return engine
+
+    out = p5.ab_policy(tagged, PROMPTS[:1], [SamplingParams(max_tokens=2)], 2, ["as_is", "lean"])
+    assert order == ["plain", "v0", "plain", "v1", "plain", "v1", "plain", "v0"]
+    assert out["pairs"] == {"as_is": [2.0, 2.0], "lean": [2.0, 2.0]}
 
 
 def test_step_kernels_splits_device_time_by_step_class():
