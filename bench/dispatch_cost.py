@@ -35,12 +35,23 @@ def cases(B: int, H: int, dtype: mx.Dtype) -> dict[str, tuple[int, Case]]:
     norm_w = mx.ones((H,), dtype)
     idx = mx.array(rng.integers(0, H, (B, H)).astype(np.int32))
     one = mx.array(1.0, dtype)
+    # The per-row gemv route's call (workers/row_linear.py): gather_mm with every row pointing at
+    # the one [1, H, H] weight view, between the two reshapes the route adds.
+    rows, zero = mx.arange(B, dtype=mx.uint32), mx.zeros((B,), dtype=mx.uint32)
+    w_rows = w.T[None]
+    mx.eval(w_rows, rows, zero)
     out: dict[str, tuple[int, Case]] = {
         "reshape (view)": (2, lambda x: x.reshape(B, H // 2, 2).reshape(B, H)),
         "add": (1, lambda x: x + one),
         "add, compiled chain of 4": (1, mx.compile(lambda x: (((x + one) * one) + one) * one)),
         "rms_norm (fast)": (1, lambda x: mx.fast.rms_norm(x, norm_w, 1e-6)),
         "matmul": (1, lambda x: x @ w),
+        "row route (gather_mm + 2 reshapes)": (
+            3,
+            lambda x: mx.gather_mm(
+                x.reshape(B, 1, H), w_rows, lhs_indices=rows, rhs_indices=zero
+            ).reshape(B, H),
+        ),
         "astype there and back": (2, lambda x: x.astype(mx.float32).astype(dtype)),
         "concatenate + slice": (2, lambda x: mx.concatenate([x, x], axis=1)[:, :H]),
         "take_along_axis": (1, lambda x: mx.take_along_axis(x, idx, axis=1)),

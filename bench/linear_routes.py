@@ -1,14 +1,18 @@
-"""Which linear calls of a decode round take which route, and how many a round makes.
+"""Which linear calls of an engine's rounds take which route, and how many a round makes.
 
     python -m bench.linear_routes --model-dir DIR [--batch-size 8] [--depth 4] [--prompts 8]
         [--max-tokens 24] [--out F.json]
 
-A small model's round on MLX CUDA is bound by the host's encode (bench/primitive_cost.py: a
-cuBLASLt matmul ~16 us of host, the per-row gemv route's three nodes ~6). This wraps every
-linear layer's call while an engine decodes (second pass, after a warm one; plain and MTP at
-`--depth`) and counts calls by (class, rows, weight shape, routed), where routed means the
-per-row route (workers/row_linear.py) took it. Prefill calls (more than ROWS_MAX rows) are
-counted apart. Per decode round: calls divided by the pass's decode rounds.
+A small model's round on MLX CUDA is bound by the host's encode, where a cuBLASLt matmul costs
+~11-16 us of host and the per-row gemv route's call ~6 (bench/dispatch_cost.py). This wraps the
+linear layers' calls while an engine runs a pass (the second, after a warm one; plain, then MTP
+at `--depth`) and counts the outermost calls by (rows, weight shape, routed), where routed
+means the per-row route (workers/row_linear.py `takes`) ran it. Calls of more than ROWS_MAX
+rows are counted as "wide": prefill chunks, and verifies past ROWS_MAX rows (a depth-4 verify
+of 16 rows is 80). Per round: calls divided by every round of the pass, prefill rounds too.
+Not seen: calls inside a compiled function after its trace (MLX CUDA compiles the MTP head's
+steps, workers/compiled_step.py, traced in the warm pass), so there the head's linears are
+missing.
 """
 
 from __future__ import annotations
@@ -38,23 +42,24 @@ def main() -> None:
 
     log: collections.Counter = collections.Counter()
     active = [False]
+    inside = [0]  # wrapped calls running: a refused RowLinear call goes on to ViewLinear's
 
     def wrap(cls: type) -> None:
         real = cls.__call__
 
         def call(self, x, _real=real):  # type: ignore[no-untyped-def]
-            if active[0]:
+            if active[0] and not inside[0]:
                 K = x.shape[-1]
                 M = x.size // K
-                nbytes = self["weight"].nbytes
-                routed = (
-                    isinstance(self, row_linear.RowLinear)
-                    and 1 < M <= row_linear.ROWS_MAX
-                    and M * nbytes <= row_linear.ROW_BYTES_MAX
-                )
-                kind = "prefill" if M > row_linear.ROWS_MAX else "round"
-                log[(kind, type(self).__name__, M, tuple(self["weight"].shape), routed)] += 1
-            return _real(self, x)
+                w = self["weight"]
+                routed = isinstance(self, row_linear.RowLinear) and row_linear.takes(M, w.nbytes)
+                kind = "wide" if M > row_linear.ROWS_MAX else "narrow"
+                log[(kind, M, tuple(w.shape), routed)] += 1
+            inside[0] += 1
+            try:
+                return _real(self, x)
+            finally:
+                inside[0] -= 1
 
         cls.__call__ = call
 
@@ -74,18 +79,22 @@ def main() -> None:
         active[0] = True
         engine.generate(prompts, [sp] * len(prompts))
         active[0] = False
-        rounds = sum(1 for s in engine.take_round_stats() if not s.num_prefill_tokens)
+        rounds = len(engine.take_round_stats())
         rows = [
-            {"kind": k, "class": c, "rows": m, "weight": list(w), "routed": r,
+            {"kind": k, "rows": m, "weight": list(w), "routed": r,
              "calls": n, "per_round": round(n / max(rounds, 1), 2)}
-            for (k, c, m, w, r), n in log.most_common()
+            for (k, m, w, r), n in log.most_common()
         ]  # fmt: skip
         name = drafter or "plain"
-        unrouted = sum(r["per_round"] for r in rows if r["kind"] == "round" and not r["routed"])
-        routed = sum(r["per_round"] for r in rows if r["kind"] == "round" and r["routed"])
-        out[name] = {"decode_rounds": rounds, "routed_per_round": round(routed, 2),
-                     "unrouted_per_round": round(unrouted, 2), "calls": rows}  # fmt: skip
-        print(name, f"rounds {rounds}, per round: routed {routed:.1f}, not {unrouted:.1f}")
+        per = {
+            f"{kind}_{'routed' if routed else 'not_routed'}_per_round": round(
+                sum(r["per_round"] for r in rows if r["kind"] == kind and r["routed"] == routed), 2
+            )
+            for kind in ("narrow", "wide")
+            for routed in (True, False)
+        }
+        out[name] = {"rounds": rounds, **per, "calls": rows}
+        print(name, f"rounds {rounds}, per round: {per}")
         for r in rows[:16]:
             print("  ", r)
     if args.out:

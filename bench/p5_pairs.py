@@ -71,7 +71,7 @@ def parse_row_limits(text: str) -> tuple[RowLimits, RowLimits]:
 def in_turns(items: list, rep: int) -> list:
     """`items` in order on even repeats and reversed on odd ones: whatever favours a place in
     a repeat (the first pass after the last, the second of two engines) falls on every item
-    alike over two repeats. Stop 60 met a setting that read +0.06-0.14 over the policy as the
+    alike over two repeats. Stop 60 met a setting that read +0.00-0.14 over the policy as the
     second engine of each repeat and +0.02 as the first; a place effect was not measured, but
     this rules it out."""
     return list(items) if rep % 2 == 0 else list(reversed(items))

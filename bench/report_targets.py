@@ -231,12 +231,12 @@ def targets_section() -> list[str]:
         for v in ("as_is", "fixed")
     ]  # fmt: skip
     # s60: the serving policy as landed in stop 59 (MLX CUDA: no live probes, no job-end
-    # rule), each MTP pass after a plain pass in one process, 6-10 pairs (B = 1 / 4 / 8 / 16)
-    p5_s60 = [
-        d["batch"][f"{b} policy"]["summary"]["as_is"]
-        for b, n in ((1, 1), (4, 4), (8, 8), (16, 16))
-        if (d := _load(f"s60/device/policy_s60_default_b{n}.json"))
-    ]
+    # rule), each MTP pass after a plain pass in one process, 6-10 pairs (B = 1 / 4 / 8 / 16);
+    # then the policy before it (`probing`) in the same runs (B = 4 / 8 / 16)
+    s60 = [d["batch"][f"{b} policy"]["summary"] for b in (1, 4, 8, 16)
+           if (d := _load(f"s60/device/policy_s60_default_b{b}.json"))]  # fmt: skip
+    p5_s60 = [x["as_is"] for x in s60]
+    p5_s60_probing = [x["probing"] for x in s60 if "probing" in x]
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -327,10 +327,11 @@ def targets_section() -> list[str]:
          f"4 / 8 / 16): {_fmt(p5_s56)}; again (s57, B=8 / 16): {_fmt(p5_s57)}, and in one process "
          f"adaptive up to 3 {_fmt(p5_s57_policy[0])} against depth 3 held "
          f"{_fmt(p5_s57_policy[1])}; the policy as served since stop 59, in one process "
-         f"(s60, B=1 / 4 / 8 / 16): {_fmt(p5_s60)}",
+         f"(s60, B=1 / 4 / 8 / 16): {_fmt(p5_s60)}, against the policy before it "
+         f"{_fmt(p5_s60_probing)} (B=4 / 8 / 16)",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
                  + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []) + p5_s56 + p5_s57
-                 + sum(p5_s57_policy, []) + p5_s60, 1.5)),
+                 + sum(p5_s57_policy, []) + p5_s60 + p5_s60_probing, 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",

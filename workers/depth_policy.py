@@ -135,9 +135,9 @@ class DepthPolicy(RoundLog, RoundPricing, BucketProbe):
     # of 6-10 pairs (trained hybrid, H200, served traffic, cap 4; bench/results/s59). As the
     # default (stop 60) most of that gain did not hold: 1.50 / 1.41 / 1.33 / 1.20 at B = 1 / 4
     # / 8 / 16 against 1.38 / 1.32 / 1.18 for the policy with both (`probing`, B = 4 / 8 /
-    # 16), level within the card's spread but never below it. Kept: fewer switches, less
-    # host work. Without live probes a bucket's `settled_plain` answers from the prices it has
-    # (fits, larger sizes' cells).
+    # 16): level within the card's spread (pair by pair a coin toss), no median below it.
+    # Kept: by design fewer switches and less host work (not measured). Without live probes a
+    # bucket's `settled_plain` answers from the prices it has (fits, larger sizes' cells).
     live_probes: bool = True
     job_end: bool = True
     # The running rows and those still to join them when the job's end is in sight, built

@@ -39,6 +39,11 @@ ENV = "SPECFLEET_ROW_LINEAR"
 _indices: dict[int, tuple[mx.array, mx.array]] = {}  # M -> (arange(M), zeros(M)), uint32
 
 
+def takes(rows: int, weight_bytes: int) -> bool:
+    """Whether a call of `rows` rows on a weight of `weight_bytes` runs as per-row gemvs."""
+    return 1 < rows <= ROWS_MAX and rows * weight_bytes <= ROW_BYTES_MAX
+
+
 class ViewLinear(nn.Linear):
     """nn.Linear reading a transposed view of its weight made once, not per call: `x @ w.T`
     adds a Transpose node to every call's graph, a dispatch on the CPU (the default model's
@@ -67,7 +72,7 @@ class RowLinear(ViewLinear):
     def __call__(self, x: mx.array) -> mx.array:
         K = x.shape[-1]
         M = x.size // K
-        if not 1 < M <= ROWS_MAX or M * self["weight"].nbytes > ROW_BYTES_MAX:
+        if not takes(M, self["weight"].nbytes):
             return super().__call__(x)
         if M not in _indices:  # from host data: shared by every engine, whatever its stream
             _indices[M] = (

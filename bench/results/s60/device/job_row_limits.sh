@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s60: the per-row gemv route's limits at B = 16, cap 4 (a depth-4 verify is 80 rows of
-# 0.28-0.84 MiB weights: past ROWS_MAX 64 and ROW_BYTES_MAX 48 MiB, so it takes cuBLASLt, whose
-# launch bench.primitive_cost reads at 16 us of host against ~6 for the route's three nodes).
+# 6 KiB-0.75 MiB weights and the 1.5 MiB lm_head: past ROWS_MAX 64, so it takes cuBLASLt, whose
+# launch costs ~11-16 us of host against ~6 for the route's three nodes, bench.dispatch_cost).
 # bench.p5_pairs --ab-row-limits OFF,ON in turns in one process, trained hybrid staged as in
 # stop 57's q35t.sh. Usage: bash job_row_limits.sh B PROMPTS PAIRS TAG OFF,ON
 source bench/results/s57/device/q35t.sh
