@@ -331,8 +331,21 @@ def main() -> None:
     served = {"adaptive_depth": True, "warm_up": True} if args.adaptive else {}
     prompts = heldout_prompts(args.model_dir, args.prompts)
     sp = spread_params(len(prompts), args.max_tokens, args.spread)  # spread 0: all equal
-    rows = {}
+    rows: dict = {}
+
+    def save() -> None:
+        """Write what is measured so far: after every batch size, so a run cut short by its
+        time limit (a device run's) keeps the batch sizes it finished."""
+        if args.out:
+            args.out.write_text(json.dumps({
+                "label": args.label, "model_dir": str(args.model_dir),
+                "device": str(mx.default_device()), "mlx": mx.__version__,
+                "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
+                "adaptive": args.adaptive, "spread": args.spread,
+                "batch": rows}, indent=1))  # fmt: skip
+
     for B in [int(b) for b in args.batch_sizes.split(",")]:
+        save()
         if args.ab_launch or args.ab_policy:
 
             def make(
@@ -397,13 +410,7 @@ def main() -> None:
         print(f"{args.label} B={B}: MTP/plain {r['mtp_over_plain_median']:.2f} "
               f"{r['mtp_over_plain_pairs']} plain {r['plain_tokens_per_s']} "
               f"accepted {r['accepted_per_row_round']:.2f} same {same}", flush=True)  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps({
-            "label": args.label, "model_dir": str(args.model_dir),
-            "device": str(mx.default_device()), "mlx": mx.__version__,
-            "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
-            "adaptive": args.adaptive, "spread": args.spread,
-            "batch": rows}, indent=1))  # fmt: skip
+    save()
 
 
 if __name__ == "__main__":
