@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -68,13 +69,15 @@ def parse_row_limits(text: str) -> tuple[RowLimits, RowLimits]:
     return off, on
 
 
-def in_turns(items: list, rep: int) -> list:
-    """`items` in order on even repeats and reversed on odd ones: whatever favours a place in
-    a repeat (the first pass after the last, the second of two engines) falls on every item
-    alike over two repeats. Stop 60 met a setting that read +0.00-0.14 over the policy as the
-    second engine of each repeat and +0.02 as the first; a place effect was not measured, but
-    this rules it out."""
-    return list(items) if rep % 2 == 0 else list(reversed(items))
+def rotated(items: list, rep: int) -> list:
+    """`items` rotated by `rep` places: over any run of len(items) repeats each item takes each
+    place in the repeat once, so whatever favours a place (the first pass after the last, the
+    engine that runs second) falls on every item alike; with an odd count of repeats and two
+    items, one order runs once more. Stop 60 met a setting that read +0.00-0.14 over the policy
+    when it ran after it in each repeat, and +0.01-0.03 when it ran first; a place effect was
+    not measured."""
+    k = rep % len(items) if items else 0
+    return list(items[k:]) + list(items[:k])
 
 
 def ab_row_linear(
@@ -82,7 +85,7 @@ def ab_row_linear(
     limits: tuple[RowLimits, RowLimits] | None = None,
 ) -> dict:  # fmt: skip
     """Per repeat: plain and MTP passes with the per-row gemv route off, then on (on, then off
-    every other repeat: `in_turns`), in place; with `limits` (off, on), the route stays
+    every other repeat: `rotated`), in place; with `limits` (off, on), the route stays
     installed and "off" / "on" are its (ROWS_MAX, ROW_BYTES_MAX) limits."""
     from workers import row_linear
     from workers.compiled_step import CompiledStep
@@ -115,7 +118,7 @@ def ab_row_linear(
         route(state)
         timed_pass(plain, prompts, sp), timed_pass(mtp, prompts, sp)
     for rep in range(pairs):
-        for state in in_turns(["off", "on"], rep):
+        for state in rotated(["off", "on"], rep):
             route(state)
             runs[f"plain_{state}"].append(timed_pass(plain, prompts, sp)["tokens_per_s"])
             runs[f"mtp_{state}"].append(timed_pass(mtp, prompts, sp)["tokens_per_s"])
@@ -139,11 +142,11 @@ def on_off_summary(runs: dict[str, list[float]]) -> dict:
 
 
 def ab_setting(plain: Engine, mtp: Engine, prompts, sp, pairs: int, apply) -> dict:
-    """Per repeat: plain and MTP passes with a setting off, then on (in turns: `in_turns`), set
+    """Per repeat: plain and MTP passes with a setting off, then on (in turns: `rotated`), set
     in place on both engines by `apply(engine, on)` (left as the last pass set it)."""
     runs: dict[str, list[float]] = {k: [] for k in ("plain_off", "mtp_off", "plain_on", "mtp_on")}
     for rep in range(pairs):
-        for state in in_turns(["off", "on"], rep):
+        for state in rotated(["off", "on"], rep):
             for name, engine in (("plain", plain), ("mtp", mtp)):
                 apply(engine, state == "on")
                 runs[f"{name}_{state}"].append(timed_pass(engine, prompts, sp)["tokens_per_s"])
@@ -182,7 +185,7 @@ def ab_join_wait(plain: Engine, mtp: Engine, prompts, sp, pairs: int, waits: tup
 
 def ab_launch(make, prompts, sp, pairs: int) -> dict:
     """Per repeat: plain and MTP passes with workers/launch.py's launcher thread off, then on
-    (in turns: `in_turns`); each engine built with the setting (it is read at construction),
+    (in turns: `rotated`); each engine built with the setting (it is read at construction),
     all four in one process."""
     from bench.gpu import env_off
     from workers import launch
@@ -197,8 +200,10 @@ def ab_launch(make, prompts, sp, pairs: int) -> dict:
         engine.generate(prompts, sp)
     runs: dict[str, list[float]] = {k: [] for k in engines}
     for rep in range(pairs):
-        for name in in_turns(list(engines), rep):
-            runs[name].append(timed_pass(engines[name], prompts, sp)["tokens_per_s"])
+        for state in rotated(["off", "on"], rep):
+            for kind in ("plain", "mtp"):  # each MTP pass right after its plain pass
+                name = f"{kind}_{state}"
+                runs[name].append(timed_pass(engines[name], prompts, sp)["tokens_per_s"])
     return on_off_summary(runs)
 
 
@@ -261,10 +266,11 @@ ENGINE_VARIANTS: dict[str, dict] = {
 
 
 def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
-    """Per repeat, for each variant in turn (`POLICY_VARIANTS`; the order reversed every other
-    repeat, `in_turns`): a plain pass, then the variant's MTP pass; one engine per variant keeps its policy's state, all in one process
-    (every shape built once for all of them in the warm passes). Each variant's figure is
-    the median of its passes' ratios to the plain pass just before."""
+    """Per repeat, for each variant in turn (`POLICY_VARIANTS`; the order rotated a place every
+    repeat, `rotated`): a plain pass, then the variant's MTP pass; one engine per variant keeps
+    its policy's state, all in one process (every shape built once for all of them in the warm
+    passes). Each variant's figure is the median of its passes' ratios to the plain pass just
+    before."""
     unknown = sorted(set(names) - set(POLICY_VARIANTS))
     if unknown:
         raise SystemExit(f"--ab-policy: unknown variants {unknown}; known: {list(POLICY_VARIANTS)}")
@@ -281,7 +287,7 @@ def ab_policy(make, prompts, sp, pairs: int, names: list[str]) -> dict:
     runs: dict[str, list[float]] = {k: [] for k in ("plain", *names)}
     ratios: dict[str, list[float]] = {k: [] for k in names}
     for rep in range(pairs):
-        for name in in_turns(names, rep):
+        for name in rotated(names, rep):
             base = timed_pass(plain, prompts, sp)["tokens_per_s"]
             runs["plain"].append(base)
             runs[name].append(timed_pass(engines[name], prompts, sp)["tokens_per_s"])
@@ -334,15 +340,18 @@ def main() -> None:
     rows: dict = {}
 
     def save() -> None:
-        """Write what is measured so far: after every batch size, so a run cut short by its
-        time limit (a device run's) keeps the batch sizes it finished."""
+        """Write what is measured so far (after every batch size and every A/B), so a run cut
+        short by its time limit (a device run's) keeps what it finished; written aside, then
+        renamed, so a kill mid-write leaves the last whole file."""
         if args.out:
-            args.out.write_text(json.dumps({
+            tmp = args.out.with_name(args.out.name + ".tmp")
+            tmp.write_text(json.dumps({
                 "label": args.label, "model_dir": str(args.model_dir),
                 "device": str(mx.default_device()), "mlx": mx.__version__,
                 "max_tokens": args.max_tokens, "depth": args.depth, "prompts": args.prompts,
                 "adaptive": args.adaptive, "spread": args.spread,
                 "batch": rows}, indent=1))  # fmt: skip
+            os.replace(tmp, args.out)
 
     for B in [int(b) for b in args.batch_sizes.split(",")]:
         save()
@@ -391,6 +400,7 @@ def main() -> None:
         if args.ab_row_linear or args.ab_row_limits:
             limits = parse_row_limits(args.ab_row_limits) if args.ab_row_limits else None
             rows[f"{B} row_linear"] = ab_row_linear(plain, mtp, prompts, sp, args.pairs, limits)
+            save()
             print(
                 f"{args.label} B={B}: {json.dumps(rows[f'{B} row_linear']['summary'])}", flush=True
             )

@@ -83,9 +83,10 @@ def test_ab_row_limits_sets_each_states_limits_and_restores_the_defaults(monkeyp
         return {"tokens_per_s": 1.0}
 
     monkeypatch.setattr(p5, "timed_pass", timed)
-    out = p5.ab_row_linear(plain, mtp, PROMPTS[:1], SamplingParams(max_tokens=2), 1, (off, on))
-    # warm (off, on), then a pair (off, on): each state a plain pass and an MTP pass
-    assert seen == [off, off, on, on] * 2
+    out = p5.ab_row_linear(plain, mtp, PROMPTS[:1], SamplingParams(max_tokens=2), 2, (off, on))
+    # warm (off, on), then two pairs, the second in the other order: each state a plain pass
+    # and an MTP pass
+    assert seen == [off, off, on, on] * 2 + [on, on, off, off]
     assert out["summary"]["mtp_on_over_off"] == 1.0
     assert (row_linear.ROWS_MAX, row_linear.ROW_BYTES_MAX) == default
     assert any(type(m) is row_linear.RowLinear for _, m in mtp.model.named_modules())
@@ -250,17 +251,18 @@ def test_policy_variants_set_what_they_name():
 
 
 def test_ab_passes_take_turns_so_no_variant_always_runs_first(monkeypatch):
-    """Every other repeat reverses the order of the variants (and of off / on): a variant's
-    MTP pass still follows its own plain pass, and each place in a repeat falls on each."""
+    """Each repeat rotates the order of the variants (and of off / on) by a place, and each
+    variant's ratio is to the plain pass just before its own MTP pass."""
     import bench.p5_pairs as p5
 
-    assert p5.in_turns(["a", "b", "c"], 0) == ["a", "b", "c"]
-    assert p5.in_turns(["a", "b", "c"], 1) == ["c", "b", "a"]
-    order = []
+    assert [p5.rotated(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]  # fmt: skip
+    order, calls = [], [0]
 
     def timed(engine, prompts, sp):  # type: ignore[no-untyped-def]
         order.append(engine.tag)
-        return {"tokens_per_s": 2.0 if engine.tag != "plain" else 1.0}
+        calls[0] += 1  # every pass its own rate: a ratio to the wrong plain pass shows
+        return {"tokens_per_s": float(calls[0])}
 
     monkeypatch.setattr(p5, "timed_pass", timed)
     variants = 0
@@ -275,7 +277,29 @@ def test_ab_passes_take_turns_so_no_variant_always_runs_first(monkeypatch):
 
     out = p5.ab_policy(tagged, PROMPTS[:1], [SamplingParams(max_tokens=2)], 2, ["as_is", "lean"])
     assert order == ["plain", "v0", "plain", "v1", "plain", "v1", "plain", "v0"]
-    assert out["pairs"] == {"as_is": [2.0, 2.0], "lean": [2.0, 2.0]}
+    # passes 1-8: as_is 2/1 then 8/7, lean 4/3 then 6/5
+    assert out["pairs"] == {"as_is": [2.0, round(8 / 7, 3)], "lean": [round(4 / 3, 3), 1.2]}
+
+
+def test_ab_launch_takes_turns_with_each_mtp_pass_after_its_plain_pass(monkeypatch):
+    import bench.p5_pairs as p5
+
+    names = iter(["plain_off", "mtp_off", "plain_on", "mtp_on"])  # ab_launch's build order
+    order = []
+
+    def make(mtp: bool):  # type: ignore[no-untyped-def]
+        engine = Engine.load(max_batch_size=2, **({"drafter": "mtp"} if mtp else {}))
+        engine.tag = next(names)  # type: ignore[attr-defined]
+        return engine
+
+    def timed(engine, prompts, sp):  # type: ignore[no-untyped-def]
+        order.append(engine.tag)
+        return {"tokens_per_s": 1.0}
+
+    monkeypatch.setattr(p5, "timed_pass", timed)
+    p5.ab_launch(make, PROMPTS[:1], [SamplingParams(max_tokens=2)], 2)
+    assert order == ["plain_off", "mtp_off", "plain_on", "mtp_on",
+                     "plain_on", "mtp_on", "plain_off", "mtp_off"]  # fmt: skip
 
 
 def test_step_kernels_splits_device_time_by_step_class():

@@ -1,6 +1,7 @@
 """Stop 60: does Python's garbage collector cost a pass? The default model as a demo worker builds
-it, a warm pass, then passes with the collector as it is and after `gc.freeze()`, in turns,
-counting collections and their milliseconds by generation (`gc.callbacks`).
+it with at most BATCH rows, a warm pass, then passes of 2 x BATCH prompts with the collector as
+it is and after `gc.freeze()`, in turns, counting collections and their milliseconds by
+generation (`gc.callbacks`).
 
     python bench/results/s60/gc_probe_cpu.py none|mtp BATCH
 """
@@ -15,9 +16,7 @@ from workers.stream_speed import heldout_prompts
 
 drafter = None if sys.argv[1] == "none" else sys.argv[1]
 B = int(sys.argv[2])
-engine = EngineSpec(
-    drafter=drafter, config=serving_config(draft_depth=3, max_batch_size=16)
-).build()
+engine = EngineSpec(drafter=drafter, config=serving_config(draft_depth=3, max_batch_size=B)).build()
 prompts = heldout_prompts(64)[: 2 * B]
 sp = SamplingParams(max_tokens=64)
 counts, millis, started = [0, 0, 0], [0.0, 0.0, 0.0], [0.0]
