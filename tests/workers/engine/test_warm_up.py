@@ -256,7 +256,7 @@ def test_where_shapes_cost_builds_every_draining_size_is_built_and_nothing_taugh
     assert wu.warm_up(engine) == [4, 3, 2, 1]
     assert {(b, k) for b in (1, 2, 3, 4) for k in (0, 3)} <= shapes, sorted(shapes)
     policy = engine.depth_policy
-    assert policy is not None and policy._rounds == 0
+    assert policy is not None and policy._rounds == 0 and not policy._probed
     assert policy.forced is None and policy.run == 4 and policy.extremes_only  # settings kept
     assert policy.cap_by_larger  # where each new shape is a build (the CPU's policy: off)
     # ... nor probes on traffic nor the job-end rule there (the CPU's policy: both on)
