@@ -1,0 +1,96 @@
+"""Stop 61: where an MTP pass's time goes against a plain pass's, step by step, on MLX CUDA:
+join steps (a joiner's prefill started, advanced or ended in them), the two steps after each
+join, steady steps, and the steps in which the MTP head's compiled step traced a new shape
+(workers/compiled_step.py) with how many traces each made.
+
+    python bench/results/s61/device/join_trace_split.py MODEL_DIR B PROMPTS REPS OUT.json
+
+Engines as bench/adaptive_trace.py builds them (warm-up; MTP with the depth policy, cap 4),
+served traffic (96 tokens +- 50%, held-out prompts, greedy). Each rep runs a plain pass and an
+MTP pass, the order alternating by rep. Rep 0 of fresh engines includes their cold builds.
+"""
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+from bench.p5_pairs import spread_params
+from bench.peers import heldout_prompts
+from bench.step_log import log_steps
+from workers import Engine, compiled_step
+
+model_dir, B, n_prompts, reps, out = (
+    Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+)  # fmt: skip
+prompts = heldout_prompts(model_dir, n_prompts)
+sp = spread_params(len(prompts), 96, 0.5)
+engines = {
+    "plain": Engine.load(model_dir, max_batch_size=B, warm_up=True),
+    "mtp": Engine.load(model_dir, drafter="mtp", max_batch_size=B, draft_depth=4,
+                       adaptive_depth=True, warm_up=True),  # fmt: skip
+}
+real_compile, made = mx.compile, [0]
+
+
+def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    made[0] += 1
+    return real_compile(fn, *args, **kwargs)
+
+
+compiled_step.mx.compile = counting  # the module's own reference: only the head's traces count
+
+
+def one_pass(engine: Engine) -> dict:
+    steps = log_steps(engine)
+    traces: list[int] = []
+    real_step = engine.step
+
+    def step() -> list:
+        before = made[0]
+        events = real_step()
+        traces.append(made[0] - before)
+        return events
+
+    engine.step = step  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, sp)
+    wall = time.perf_counter() - t0
+    del engine.step  # the class's again (log_steps's wrapper sat on the instance too)
+    kinds = []  # each step's class
+    since_join = 99
+    for s, t in zip(steps, traces):
+        if s.prefilled:
+            kinds.append("join")
+            since_join = 0
+        else:
+            since_join += 1
+            kinds.append("trace" if t else "after_join" if since_join <= 2 else "steady")
+    split = {}
+    for kind in ("join", "after_join", "trace", "steady"):
+        ms = [1e3 * s.seconds for s, k in zip(steps, kinds) if k == kind]
+        split[kind] = {"steps": len(ms), "total_ms": round(sum(ms), 1),
+                       "median_ms": round(statistics.median(ms), 3) if ms else None}  # fmt: skip
+    tokens = sum(len(o.tokens) for o in outs)
+    return {
+        "tokens_per_s": round(tokens / wall, 1), "wall_ms": round(1e3 * wall, 1),
+        "steps": len(steps), "traces": sum(traces),
+        "join_steps_with_traces": sum(1 for k, t in zip(kinds, traces) if k == "join" and t),
+        "split": split,
+        "step_ms": [[round(1e3 * s.seconds, 2), int(s.prefilled), t] for s, t in zip(steps, traces)],
+    }  # fmt: skip
+
+
+result: dict = {"model_dir": str(model_dir), "B": B, "prompts": n_prompts,
+                "device": str(mx.default_device()), "mlx": mx.__version__, "reps": []}  # fmt: skip
+for rep in range(reps):
+    order = ("plain", "mtp") if rep % 2 == 0 else ("mtp", "plain")
+    r = {name: one_pass(engines[name]) for name in order}
+    r["ratio"] = round(r["mtp"]["tokens_per_s"] / r["plain"]["tokens_per_s"], 3)
+    result["reps"].append(r)
+    brief = {n: {k: v for k, v in r[n].items() if k != "step_ms"} for n in ("plain", "mtp")}
+    print(f"B={B} rep{rep} ratio {r['ratio']}: {json.dumps(brief)}", flush=True)
+    out.write_text(json.dumps(result, indent=1))
