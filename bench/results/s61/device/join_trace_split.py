@@ -3,11 +3,15 @@ join steps (a joiner's prefill started, advanced or ended in them), the two step
 join, steady steps, and the steps in which the MTP head's compiled step traced a new shape
 (workers/compiled_step.py) with how many traces each made.
 
-    python bench/results/s61/device/join_trace_split.py MODEL_DIR B PROMPTS REPS OUT.json
+    python bench/results/s61/device/join_trace_split.py MODEL_DIR B PROMPTS REPS OUT.json [VARIANTS]
+
+VARIANTS (default `plain,mtp`): also `mtp_pwN`, the MTP engine with the head reading a joiner's
+last N prompt pairs (MTPDrafter.prompt_window, 64 as landed): pw0 skips the head's prompt
+pass at a join, the bound on what a cheaper one could save.
 
 Engines as bench/adaptive_trace.py builds them (warm-up; MTP with the depth policy, cap 4),
 served traffic (96 tokens +- 50%, held-out prompts, greedy). Each rep runs a plain pass and an
-MTP pass, the order alternating by rep. Rep 0 of fresh engines includes their cold builds.
+MTP pass (or one pass of each variant), the order rotating a place each rep. Rep 0 of fresh engines includes their cold builds.
 """
 
 import json
@@ -26,13 +30,22 @@ from workers import Engine, compiled_step
 model_dir, B, n_prompts, reps, out = (
     Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 )  # fmt: skip
+variants = (sys.argv[6] if len(sys.argv) > 6 else "plain,mtp").split(",")
 prompts = heldout_prompts(model_dir, n_prompts)
 sp = spread_params(len(prompts), 96, 0.5)
-engines = {
-    "plain": Engine.load(model_dir, max_batch_size=B, warm_up=True),
-    "mtp": Engine.load(model_dir, drafter="mtp", max_batch_size=B, draft_depth=4,
-                       adaptive_depth=True, warm_up=True),  # fmt: skip
-}
+
+
+def load(variant: str) -> Engine:
+    if variant == "plain":
+        return Engine.load(model_dir, max_batch_size=B, warm_up=True)
+    engine = Engine.load(model_dir, drafter="mtp", max_batch_size=B, draft_depth=4,
+                         adaptive_depth=True, warm_up=True)  # fmt: skip
+    if variant.startswith("mtp_pw"):
+        engine.drafter.prompt_window = int(variant.removeprefix("mtp_pw"))  # type: ignore[union-attr]
+    return engine
+
+
+engines = {v: load(v) for v in variants}
 real_compile, made = mx.compile, [0]
 
 
@@ -87,10 +100,15 @@ def one_pass(engine: Engine) -> dict:
 result: dict = {"model_dir": str(model_dir), "B": B, "prompts": n_prompts,
                 "device": str(mx.default_device()), "mlx": mx.__version__, "reps": []}  # fmt: skip
 for rep in range(reps):
-    order = ("plain", "mtp") if rep % 2 == 0 else ("mtp", "plain")
+    order = variants[rep % len(variants) :] + variants[: rep % len(variants)]
     r = {name: one_pass(engines[name]) for name in order}
-    r["ratio"] = round(r["mtp"]["tokens_per_s"] / r["plain"]["tokens_per_s"], 3)
+    r["ratio"] = {v: round(r[v]["tokens_per_s"] / r["plain"]["tokens_per_s"], 3)
+                  for v in variants if v != "plain" and "plain" in r}  # fmt: skip
     result["reps"].append(r)
-    brief = {n: {k: v for k, v in r[n].items() if k != "step_ms"} for n in ("plain", "mtp")}
-    print(f"B={B} rep{rep} ratio {r['ratio']}: {json.dumps(brief)}", flush=True)
+    for n in order:
+        brief = {k: v for k, v in r[n].items() if k not in ("step_ms", "tokens_per_s")}
+        split = " ".join(f"{k} {v['steps']}x{v['median_ms']}={v['total_ms']}"
+                         for k, v in brief.pop("split").items())  # fmt: skip
+        print(f"B={B} rep{rep} {n}: {r[n]['tokens_per_s']} tok/s {json.dumps(brief)} {split}")
+    print(f"B={B} rep{rep} ratio {r['ratio']}", flush=True)
     out.write_text(json.dumps(result, indent=1))
