@@ -33,7 +33,8 @@ finishing rounds apart, so the batch passes through more of them; per-round cost
 that. Measured on an H200 (default model, 64 prompts at B=32, fresh engines): taught by the
 warm-up, the policy drafted at depth 3 throughout, 0.31-0.54x of a warmed plain engine. So
 there the warm-up only builds (`build_shapes`): every batch size from max_batch_size down to 1,
-at each depth the policy may choose, and the policy keeps only which shapes are built.
+at each depth the policy may choose, and the policy keeps only which shapes are built; then
+one prefill at each chunk width beyond the first (`prefill_widths`).
 """
 
 from __future__ import annotations
@@ -155,8 +156,39 @@ def build_shapes(engine: Engine, seed: int = 0) -> list[int]:
         engine.abort(rid)
     while engine.has_work():
         engine.step()
+    prefill_widths(engine, rng)
     if policy is not None:
         policy.forget_rounds()
     engine.prefix_cache.clear()
     engine.take_round_stats()  # not traffic: kept out of the worker's metrics
     return built
+
+
+def prefill_widths(engine: Engine, rng: np.random.Generator) -> list[int]:
+    """MLX CUDA: prefill one synthetic row at each chunk width traffic can make beyond the
+    rounds' prompts (which pad to one span), up to `prefill_step_size`; returns the widths run.
+
+    A prefill chunk pads to a multiple of the attention span (workers/forward.py
+    `prefill_chunk`), and the recurrent layers' kernel is built per window length
+    (workers/gdn_recurrence.py: a template constant), so each width a process first meets
+    compiles it. Held-out prompts of 72-198 tokens pad to 256, which the 64-token warm-up rows
+    never reached: a warmed engine's first batched prefill then took 2.2-2.7 s against ~30 ms
+    once built (H200, trained hybrid, B = 8 and 16, bench/results/s61/)."""
+    span, step = engine.cache.span, engine.config.prefill_step_size
+    if span <= 1:  # widths are exact (CPU, Metal): nothing is built per width
+        return []
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    widths = []
+    for width in range(2 * span, -(-step // span) * span + 1, span):
+        # The row prefills its history but the last token: width - span + 1 tokens pad to width.
+        prompt_len = width - span + 2
+        if prompt_len + 1 > engine.max_context:
+            break
+        if engine.row_factory.reserve(prompt_len, params) > engine.kv_budget:
+            break
+        prompt = rng.integers(1, engine.vocab_size, prompt_len).tolist()
+        engine.add_request(f"warm-up-width-{width}", prompt, params)
+        while engine.has_work():
+            engine.step()
+        widths.append(width)
+    return widths

@@ -275,3 +275,35 @@ def test_a_kv_budget_too_small_for_the_warm_up_rows_skips_what_does_not_fit(setu
     assert tiny.depth_policy is not None and not tiny.depth_policy._probed
     two_rows = Engine(target, max_batch_size=4, kv_budget_tokens=2 * 190, **kw)
     assert two_rows.depth_policy is not None and two_rows.depth_policy._probed == {1, 2}
+
+
+def test_where_shapes_cost_builds_every_prefill_width_is_built_before_traffic(monkeypatch):
+    """MLX CUDA: a prefill chunk pads to a multiple of the attention span, and a recurrent
+    layer's kernel is built per window length, so a width first met on traffic compiled there
+    (2.2-2.7 s for a warmed engine's first batched prefill, H200). The warm-up prefills one row
+    at each width up to prefill_step_size (`prefill_widths`); outputs still equal mlx-lm's."""
+    import workers.forward as forward
+    import workers.kv_cache as kv_cache
+    from workers import warm_up as wu
+
+    cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
+    for module in (wu, kv_cache):  # the warm-up's route, and spans rounded as on MLX CUDA
+        monkeypatch.setattr(module.Backend, "current", classmethod(lambda cls: cuda_like))
+    target = tiny_model("qwen3_5", seed=5, layers=2)  # a recurrent layer and an attention one
+    widths: list[int] = []
+    real_pad = forward.pad_windows
+
+    def recording(windows, width=1):  # type: ignore[no-untyped-def]
+        tokens, valid = real_pad(windows, width)
+        widths.append(tokens.shape[1])
+        return tokens, valid
+
+    monkeypatch.setattr(forward, "pad_windows", recording)
+    engine = Engine(target, max_batch_size=2, prefill_step_size=384, max_context=1024)
+    assert engine.cache.span == kv_cache.SPAN == 128
+    widths.clear()
+    assert wu.warm_up(engine) == [2, 1]
+    assert {256, 384} <= set(widths), sorted(set(widths))  # 128: the rounds' own prompts
+    assert max(widths) == 384  # none past the step size
+    monkeypatch.setattr(forward, "pad_windows", real_pad)
+    assert_no_trace_and_mlx_lm_outputs(engine, target, seed=11, label="widths warmed")
