@@ -5,7 +5,10 @@ step over SLOW_MS of the first pass (and of a second, for contrast): whether it 
 rows, the depth the policy last chose, the MTP head's new traces, and the skinny kernel's new
 (rows, N, K) builds (workers/skinny_linear.py: a kernel build per new key, ~2 s on an H200).
 
-    python bench/results/s61/device/cold_pass.py MODEL_DIR B PROMPTS OUT.json
+    python bench/results/s61/device/cold_pass.py MODEL_DIR B PROMPTS OUT.json [no_widths]
+
+no_widths: the warm-up without its prefill widths (workers/warm_up.py `prefill_widths`), as
+before stop 61's change.
 """
 
 import json
@@ -16,6 +19,7 @@ from pathlib import Path
 import mlx.core as mx
 
 import workers.skinny_linear as skinny
+import workers.warm_up as warm_up
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
 from bench.step_log import log_steps
@@ -45,8 +49,10 @@ def matmul(x, w, R=None, U=None):  # type: ignore[no-untyped-def]
 
 
 compiled_step.mx.compile = counting
+if sys.argv[5:] == ["no_widths"]:
+    warm_up.prefill_widths = lambda engine, rng: []  # type: ignore[assignment]
 skinny.matmul = matmul
-result: dict = {"B": B, "prompts": n, "device": str(mx.default_device())}
+result: dict = {"B": B, "prompts": n, "device": str(mx.default_device()), "args": sys.argv[5:]}
 for name, kw in (
     ("plain", {}),
     ("mtp", {"drafter": "mtp", "draft_depth": 4, "adaptive_depth": True}),
