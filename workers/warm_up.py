@@ -54,6 +54,10 @@ ROUNDS = 5  # per depth and size; a shape's first round pays one-offs and the po
 # Rounds a size for an engine without a policy, after the step that prefills its rows (which
 # decodes a round too): those are launched pipelined, behind the round before them.
 KERNEL_ROUNDS = 2
+# Prefill widths the CUDA warm-up builds at most (`prefill_widths`): each is a kernel build
+# (~1.3 s on an H200), so a prefill_step_size of 32k would otherwise add 255 of them to startup;
+# 16 spans (2,048 tokens at span 128) cover prompts up to that length.
+WIDTHS_MAX = 16
 
 
 def batch_sizes(max_batch_size: int) -> list[int]:
@@ -173,13 +177,16 @@ def prefill_widths(engine: Engine, rng: np.random.Generator) -> list[int]:
     (workers/gdn_recurrence.py: a template constant), so each width a process first meets
     compiles it. Held-out prompts of 72-198 tokens pad to 256, which the 64-token warm-up rows
     never reached: a warmed engine's first batched prefill then took 2.2-2.7 s against ~30 ms
-    once built (H200, trained hybrid, B = 8 and 16, bench/results/s61/)."""
+    once built (H200, trained hybrid, B = 8 and 16, bench/results/s61/). Batch size is not
+    one of the kernel's constants, so one row builds what a batched prefill of that width
+    needs. At most WIDTHS_MAX widths past the first."""
     span, step = engine.cache.span, engine.config.prefill_step_size
     if span <= 1:  # widths are exact (CPU, Metal): nothing is built per width
         return []
     params = SamplingParams(max_tokens=1, ignore_eos=True)
     widths = []
-    for width in range(2 * span, -(-step // span) * span + 1, span):
+    widest = min(-(-step // span), WIDTHS_MAX + 1) * span
+    for width in range(2 * span, widest + 1, span):
         # The row prefills its history but the last token: width - span + 1 tokens pad to width.
         prompt_len = width - span + 2
         if prompt_len + 1 > engine.max_context:

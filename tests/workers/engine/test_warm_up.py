@@ -287,8 +287,8 @@ def test_where_shapes_cost_builds_every_prefill_width_is_built_before_traffic(mo
     from workers import warm_up as wu
 
     cuda_like = Backend(builds_per_shape=True, computes_in_launch=False)
-    for module in (wu, kv_cache):  # the warm-up's route, and spans rounded as on MLX CUDA
-        monkeypatch.setattr(module.Backend, "current", classmethod(lambda cls: cuda_like))
+    # The warm-up's route, and spans rounded as on MLX CUDA (one class: patched everywhere)
+    monkeypatch.setattr(kv_cache.Backend, "current", classmethod(lambda cls: cuda_like))
     target = tiny_model("qwen3_5", seed=5, layers=2)  # a recurrent layer and an attention one
     widths: list[int] = []
     real_pad = forward.pad_windows
@@ -305,5 +305,9 @@ def test_where_shapes_cost_builds_every_prefill_width_is_built_before_traffic(mo
     assert wu.warm_up(engine) == [2, 1]
     assert {256, 384} <= set(widths), sorted(set(widths))  # 128: the rounds' own prompts
     assert max(widths) == 384  # none past the step size
+    monkeypatch.setattr(wu, "WIDTHS_MAX", 1)  # a long step size builds at most this many more
+    widths.clear()
+    capped = Engine(target, max_batch_size=2, prefill_step_size=1024, max_context=2048)
+    assert wu.warm_up(capped) == [2, 1] and set(widths) == {128, 256}, sorted(set(widths))
     monkeypatch.setattr(forward, "pad_windows", real_pad)
     assert_no_trace_and_mlx_lm_outputs(engine, target, seed=11, label="widths warmed")
