@@ -46,3 +46,39 @@ def _prefill_state(engine: Engine) -> tuple[object, int]:
     advances or ends one changes it."""
     job = engine._prefill
     return (job, job.done) if job is not None else (None, 0)
+
+
+def step_classes(steps: list[Step], traced: list[int] | None = None) -> list[str]:
+    """Each step's class in a served pass: "join" (a joining prefill started, advanced or
+    finished in it), "after_join" (one of the two steps after a join), "trace" (with `traced`,
+    its count of the MTP head's new traces per step: a step outside a join that traced), or
+    "steady" (bench/results/s61/)."""
+    kinds, since = [], 99
+    for i, s in enumerate(steps):
+        since = 0 if s.prefilled else since + 1
+        if s.prefilled:
+            kinds.append("join")
+        elif traced is not None and traced[i]:
+            kinds.append("trace")
+        else:
+            kinds.append("after_join" if since <= 2 else "steady")
+    return kinds
+
+
+def count_head_traces() -> list[int]:
+    """From now on, count the traces the MTP head's compiled step makes (each new shape key is
+    an `mx.compile` in workers/compiled_step.py, through that module's own reference, so no
+    other compile counts); returns the one-item list the count accumulates in."""
+    import mlx.core as mx
+
+    from workers import compiled_step
+
+    made = [0]
+    real = mx.compile
+
+    def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made[0] += 1
+        return real(fn, *args, **kwargs)
+
+    compiled_step.mx.compile = counting  # type: ignore[attr-defined]
+    return made

@@ -22,22 +22,16 @@ import workers.skinny_linear as skinny
 import workers.warm_up as warm_up
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
-from bench.step_log import log_steps
-from workers import Engine, compiled_step
+from bench.step_log import count_head_traces, log_steps
+from workers import Engine
 
 SLOW_MS = 25.0
 model_dir, B, n, out = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 prompts = heldout_prompts(model_dir, n)
 sp = spread_params(len(prompts), 96, 0.5)
-real_compile, made = mx.compile, [0]
 keys: set = set()
 new_keys: list = []
 real_matmul = skinny.matmul
-
-
-def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    made[0] += 1
-    return real_compile(fn, *args, **kwargs)
 
 
 def matmul(x, w, R=None, U=None):  # type: ignore[no-untyped-def]
@@ -48,7 +42,7 @@ def matmul(x, w, R=None, U=None):  # type: ignore[no-untyped-def]
     return real_matmul(x, w, R, U)
 
 
-compiled_step.mx.compile = counting
+made = count_head_traces()
 if sys.argv[5:] == ["no_widths"]:
     warm_up.prefill_widths = lambda engine, rng: []  # type: ignore[assignment]
 skinny.matmul = matmul

@@ -19,23 +19,16 @@ import mlx.core as mx
 
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
-from bench.step_log import log_steps
-from workers import Engine, compiled_step
+from bench.step_log import count_head_traces, log_steps
+from workers import Engine
 
 model_dir, B, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 every = heldout_prompts(model_dir, 64)
 half = len(every) // 2
 sets = {"A": every[:half], "B": every[half:]}
 params = {name: spread_params(len(p), 96, 0.5) for name, p in sets.items()}
-real_compile, made = mx.compile, [0]
 
-
-def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    made[0] += 1
-    return real_compile(fn, *args, **kwargs)
-
-
-compiled_step.mx.compile = counting
+made = count_head_traces()
 
 
 def one_pass(engine: Engine, name: str) -> dict:

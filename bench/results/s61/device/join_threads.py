@@ -23,7 +23,7 @@ import mlx.core as mx
 
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
-from bench.step_log import log_steps
+from bench.step_log import log_steps, step_classes
 from workers import Engine, launch
 
 model_dir, B, n_prompts, reps, out = (
@@ -110,10 +110,7 @@ def one_pass(engine: Engine) -> dict:
     wall = time.perf_counter() - t0
     del engine.step
     launch.idle()
-    kinds, since = [], 99
-    for s in steps:
-        since = 0 if s.prefilled else since + 1
-        kinds.append("join" if s.prefilled else "after_join" if since <= 2 else "steady")
+    kinds = step_classes(steps)
     split = {}
     for kind in ("join", "after_join", "steady"):
         idx = [i for i, k in enumerate(kinds) if k == kind]

@@ -24,8 +24,8 @@ import mlx.core as mx
 
 from bench.p5_pairs import spread_params
 from bench.peers import heldout_prompts
-from bench.step_log import log_steps
-from workers import Engine, compiled_step
+from bench.step_log import count_head_traces, log_steps, step_classes
+from workers import Engine
 
 model_dir, B, n_prompts, reps, out = (
     Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
@@ -46,15 +46,7 @@ def load(variant: str) -> Engine:
 
 
 engines = {v: load(v) for v in variants}
-real_compile, made = mx.compile, [0]
-
-
-def counting(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    made[0] += 1
-    return real_compile(fn, *args, **kwargs)
-
-
-compiled_step.mx.compile = counting  # the module's own reference: only the head's traces count
+made = count_head_traces()
 
 
 def one_pass(engine: Engine) -> dict:
@@ -73,15 +65,7 @@ def one_pass(engine: Engine) -> dict:
     outs = engine.generate(prompts, sp)
     wall = time.perf_counter() - t0
     del engine.step  # the class's again (log_steps's wrapper sat on the instance too)
-    kinds = []  # each step's class
-    since_join = 99
-    for s, t in zip(steps, traces):
-        if s.prefilled:
-            kinds.append("join")
-            since_join = 0
-        else:
-            since_join += 1
-            kinds.append("trace" if t else "after_join" if since_join <= 2 else "steady")
+    kinds = step_classes(steps, traces)
     split = {}
     for kind in ("join", "after_join", "trace", "steady"):
         ms = [1e3 * s.seconds for s, k in zip(steps, kinds) if k == kind]
