@@ -50,9 +50,19 @@ def test_a_retry_kills_what_the_failed_attempt_started_and_nothing_else() -> Non
     """Processes named as Ray's (here `sleep` run as `raylet`) that the failed attempt started
     are killed before the retry; one that was running before it (a cluster's node) is not."""
     import subprocess
+    import time
+    from pathlib import Path
 
     def ray_like() -> subprocess.Popen:
-        return subprocess.Popen(["bash", "-c", "exec -a raylet sleep 60"])
+        """A `raylet`-named process, returned once it shows as one: between fork and exec its
+        /proc cmdline is still pytest's, and a look in that window would miss it (stop 61's CI
+        killed the bystander started just before `start_ray` looked)."""
+        p = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 60"])
+        deadline = time.monotonic() + 10
+        while b"raylet" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the ray-like process never started"
+            time.sleep(0.01)
+        return p
 
     before = ray_like()
     started: list[subprocess.Popen] = []
