@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.engine import run_batch_generator
 from bench.forced_drafter import DeviceForcedDrafter
-from workers import Engine, SamplingParams, launch, row_linear, skinny_linear
+from workers import Engine, SamplingParams, fused_qkv, launch, row_linear, skinny_linear
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 
@@ -94,13 +94,16 @@ def route_off(make, undo):
     return made
 
 
-def env_off(make, env: str):
+def env_off(make, env: str, first=None):
     """An engine maker whose engine is built with `env` set to "0" (the A/B's off side of a
-    setting read at construction, e.g. workers/launch.py's launcher thread)."""
+    setting read at construction, e.g. workers/launch.py's launcher thread), after `first()`
+    (e.g. undoing a route an earlier engine installed on the shared model)."""
 
     from bench.peers import env_set
 
     def made():
+        if first is not None:
+            first()
         with env_set(env, "0"):
             return make()
 
@@ -108,7 +111,10 @@ def env_off(make, env: str):
 
 
 AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
-AB_ENV = {"launch": launch.ENV}
+AB_ENV = {"launch": launch.ENV, "fused": fused_qkv.ENV}
+# Routes an earlier engine installed on the shared model, undone before an off side's engine
+# is built (whose own routes then take those layers, as a tree without the route would).
+AB_FIRST = {"fused": fused_qkv.remove}
 
 
 def measure(
@@ -145,8 +151,12 @@ def measure(
     if ab:  # the same configurations with the route `ab` off (AB_UNDO), taking turns with them;
         # forced rounds one at a time too, where the device's time adds to the host's
         undo = AB_UNDO.get(ab)
-        off = (lambda make: env_off(make, AB_ENV[ab])) if undo is None else (
-            lambda make: route_off(make, undo))  # fmt: skip
+        first = AB_FIRST.get(ab)
+        off = (
+            (lambda make: env_off(make, AB_ENV[ab], first and (lambda: first(model))))
+            if undo is None
+            else (lambda make: route_off(make, undo))
+        )
 
         def forced_sync() -> Engine:
             d = DeviceForcedDrafter(refs, vocab=vocab)
@@ -243,13 +253,18 @@ def main() -> None:
         help="also run plain and forced with workers/launch.py's launcher thread off, in turns",
     )
     ab_route.add_argument(
+        "--ab-fused",
+        action="store_true",
+        help="also run plain and forced with workers/fused_qkv.py's stacked q/k/v off, in turns",
+    )
+    ab_route.add_argument(
         "--ab-views",
         action="store_true",
         help="also run plain and forced with row_linear's held weight views off, in turns",
     )
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
-    ab = "launch" if args.ab_launch else ab
+    ab = "launch" if args.ab_launch else "fused" if args.ab_fused else ab
     if args.ab_views:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:
