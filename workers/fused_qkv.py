@@ -68,7 +68,9 @@ class FusedQ(nn.Linear):
         stack, _ = _stack_of(self)
         if not stack.holds(self, 0):
             return super().__call__(x)
-        y = x @ stack.weight.T if stack.bias is None else mx.addmm(stack.bias, x, stack.weight.T)
+        w = stack.weight
+        wt = row_linear.held_view(self, "qkv_t", w, lambda: w.T)  # made once: no node a call
+        y = x @ wt if stack.bias is None else mx.addmm(stack.bias, x, wt)
         q, k, v = mx.split(y, stack.cuts, axis=-1)
         stack.x, stack.kv = x, [k, v]
         return q
