@@ -47,8 +47,9 @@ class Stack:
             if bias is None
             else [bias[a:b] for a, b in zip([0, *self.cuts], [*self.cuts, sum(rows)])]
         )
-        self.x: mx.array | None = None
-        self.kv: list[mx.array] = []
+        # (x, k, v) of the last stacked call: one attribute, set in one step, so an engine on
+        # another thread sharing the model never pairs one call's x with another's k and v.
+        self.last: tuple[mx.array, mx.array, mx.array] | None = None
 
     def holds(self, module: nn.Module, part: int) -> bool:
         """`module` still reads its view of the stack (not a weight set since)."""
@@ -72,7 +73,7 @@ class FusedQ(nn.Linear):
         wt = row_linear.held_view(self, "qkv_t", w, lambda: w.T)  # made once: no node a call
         y = x @ wt if stack.bias is None else mx.addmm(stack.bias, x, wt)
         q, k, v = mx.split(y, stack.cuts, axis=-1)
-        stack.x, stack.kv = x, [k, v]
+        stack.last = (x, k, v)
         return q
 
 
@@ -81,8 +82,9 @@ class FusedPart(nn.Linear):
 
     def __call__(self, x: mx.array) -> mx.array:
         stack, part = _stack_of(self)
-        if stack.x is x and stack.holds(self, part):
-            return stack.kv[part - 1]
+        last = stack.last
+        if last is not None and last[0] is x and stack.holds(self, part):
+            return last[part]
         return super().__call__(x)
 
 

@@ -42,7 +42,7 @@ def test_the_three_outputs_are_the_separate_matmuls_and_weights_become_views(no_
     after = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
     for a, b in zip(before, after):
         assert mx.allclose(a, b, atol=1e-5).item()
-    assert attn.k_proj(x) is stack.kv[0]  # k and v came from the stacked call, not their own
+    assert attn.k_proj(x) is stack.last[1]  # k and v came from the stacked call, not their own
     assert fused_qkv.install(attn) == 1  # again: the same stack, no new copy
     assert attn.q_proj.__dict__["_qkv_stack"] is stack
 
