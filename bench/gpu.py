@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.engine import run_batch_generator
 from bench.forced_drafter import DeviceForcedDrafter
-from workers import Engine, SamplingParams, fused_qkv, launch, row_linear, skinny_linear
+from workers import Engine, SamplingParams, launch, row_linear, skinny_linear, stacked_linears
 from workers.forward import forward_window, pad_windows, prefill
 from workers.kv_cache import BatchCache
 
@@ -111,10 +111,10 @@ def env_off(make, env: str, first=None):
 
 
 AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
-AB_ENV = {"launch": launch.ENV, "fused": fused_qkv.ENV}
+AB_ENV = {"launch": launch.ENV, "stacked": stacked_linears.ENV}
 # Routes an earlier engine installed on the shared model, undone before an off side's engine
 # is built (whose own routes then take those layers, as a tree without the route would).
-AB_FIRST = {"fused": fused_qkv.remove}
+AB_FIRST = {"stacked": stacked_linears.remove}
 
 
 def measure(
@@ -253,9 +253,9 @@ def main() -> None:
         help="also run plain and forced with workers/launch.py's launcher thread off, in turns",
     )
     ab_route.add_argument(
-        "--ab-fused",
+        "--ab-stacked",
         action="store_true",
-        help="also run plain and forced with workers/fused_qkv.py's stacked q/k/v off, in turns",
+        help="also run plain and forced with workers/stacked_linears.py off, in turns",
     )
     ab_route.add_argument(
         "--ab-views",
@@ -264,7 +264,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
-    ab = "launch" if args.ab_launch else "fused" if args.ab_fused else ab
+    ab = "launch" if args.ab_launch else "stacked" if args.ab_stacked else ab
     if args.ab_views:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:

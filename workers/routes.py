@@ -15,19 +15,19 @@ from contextlib import contextmanager
 
 import mlx.nn as nn
 
-from workers import cpu_jit, cpu_ops, fused_qkv, row_linear, skinny_linear
+from workers import cpu_jit, cpu_ops, row_linear, skinny_linear, stacked_linears
 from workers.backend import Backend
 
 
 def install(model: object, backend: Backend) -> None:
     """The engine's routes on `model` (a target, an MTP head, a draft model), in the order their
-    predicates need: attention's q, k, v as one matmul (MLX CUDA), few-row linears as gemvs (MLX
+    predicates need: linears reading one input as one matmul (q, k, v; gate, up: MLX CUDA), few-row linears as gemvs (MLX
     CUDA), the skinny kernel (MLX CUDA), held weight views for every other linear, then the CPU's
     fewer-node RoPE and RMSNorm. First, for the process, before the model's first compiled kernel
     is built: the CPU's JIT flags."""
     cpu_jit.install()
-    if fused_qkv.wanted():
-        fused_qkv.install(model)
+    if stacked_linears.wanted():
+        stacked_linears.install(model)
     if backend.wants(row_linear.ENV):
         row_linear.install(model)
     if skinny_linear.wanted():
@@ -42,8 +42,7 @@ def mlx_lm_classes() -> dict[type, type]:
     back: dict[type, type] = {
         row_linear.RowLinear: nn.Linear,
         skinny_linear.SkinnyLinear: nn.Linear,
-        fused_qkv.FusedQ: nn.Linear,
-        fused_qkv.FusedPart: nn.Linear,
+        stacked_linears.StackedLinear: nn.Linear,
     }
     for routes in (cpu_ops.ROUTES, row_linear.VIEW_ROUTES):
         back.update({route: base for base, route in routes.items()})

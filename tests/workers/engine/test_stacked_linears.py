@@ -1,6 +1,7 @@
-"""Attention's q, k, v projections as one stacked matmul (workers/fused_qkv.py), forced on the
-CPU: what it stacks, that the weights become views (no second copy), that a call on another x
-or a replaced weight falls back to the layer's own matmul, and engines decoding as mlx-lm does."""
+"""Linears reading one input as one stacked matmul (workers/stacked_linears.py: q, k, v; gate,
+up), forced on the CPU: what it stacks, that the weights become views (no second copy), that
+any member may come first, that a call on another x or a replaced weight falls back to the
+layer's own matmul, and engines decoding as mlx-lm does."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from tests.tiny import OracleDrafter, mixed_prompts, reference_greedy, tiny_model
 from tests.workers.engine.test_parity import assert_matches
-from workers import Engine, SamplingParams, fused_qkv, row_linear
+from workers import Engine, SamplingParams, row_linear, stacked_linears
+
+QKV = stacked_linears.GROUPS[0]
 
 
 class Attention(nn.Module):
@@ -28,29 +31,58 @@ def no_size_floor(monkeypatch):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_the_three_outputs_are_the_separate_matmuls_and_weights_become_views(no_size_floor, bias):
+def test_the_outputs_are_the_separate_matmuls_and_weights_become_views(no_size_floor, bias):
     mx.random.seed(0)
     attn = Attention(64, 96, 32, bias)
     x = mx.random.normal((5, 64))
-    before = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
-    assert fused_qkv.install(attn) == 1
-    assert type(attn.q_proj) is fused_qkv.FusedQ and type(attn.v_proj) is fused_qkv.FusedPart
-    stack = attn.q_proj.__dict__["_qkv_stack"]
+    before = [attn[name](x) for name in QKV]
+    assert stacked_linears.install(attn) == 1
+    assert all(type(attn[name]) is stacked_linears.StackedLinear for name in QKV)
+    stack = attn.q_proj.__dict__["_stack"]
     assert stack.weight.shape == (96 + 32 + 32, 64)
-    for part, name in enumerate(fused_qkv.NAMES):  # each weight is the stack's row slice
+    for part, name in enumerate(QKV):  # each weight is the stack's row slice
         assert attn[name]["weight"] is stack.views[part]
-    after = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+    after = [attn[name](x) for name in QKV]
     for a, b in zip(before, after):
         assert mx.allclose(a, b, atol=1e-5).item()
-    assert attn.k_proj(x) is stack.last[1]  # k and v came from the stacked call, not their own
-    assert fused_qkv.install(attn) == 1  # again: the same stack, no new copy
-    assert attn.q_proj.__dict__["_qkv_stack"] is stack
+    assert attn.k_proj(x) is stack.last[1][1]  # k and v came from the stacked call
+    assert stacked_linears.install(attn) == 1  # again: the same stack, no new copy
+    assert attn.q_proj.__dict__["_stack"] is stack
+
+
+def test_any_member_may_come_first_and_the_stack_runs_once_per_x(no_size_floor):
+    mx.random.seed(4)
+    attn = Attention(64, 64, 32)
+    stacked_linears.install(attn)
+    stack = attn.q_proj.__dict__["_stack"]
+    x = mx.random.normal((2, 64))
+    v = attn.v_proj(x)  # v first: the stacked call, its v columns
+    first = stack.last
+    q, k = attn.q_proj(x), attn.k_proj(x)
+    assert stack.last is first and q is first[1][0] and k is first[1][1]  # no second call
+    for y, name in ((q, "q_proj"), (k, "k_proj"), (v, "v_proj")):
+        assert mx.allclose(y, x @ attn[name].weight.T, atol=1e-5).item()
+
+
+def test_an_mlps_gate_and_up_stack(no_size_floor):
+    """The second group: mlx-lm's MLP calls gate_proj(x) and up_proj(x) on one x."""
+    from mlx_lm.models.qwen3 import MLP
+
+    mx.random.seed(5)
+    mlp = MLP(64, 160)
+    x = mx.random.normal((3, 64))
+    before = mlp(x)
+    assert stacked_linears.install(mlp) == 1
+    assert type(mlp.gate_proj) is stacked_linears.StackedLinear
+    assert type(mlp.down_proj) is nn.Linear  # reads another input
+    assert mlp.gate_proj.__dict__["_stack"].weight.shape == (320, 64)
+    assert mx.allclose(mlp(x), before, atol=1e-5).item()
 
 
 def test_another_x_or_a_replaced_weight_runs_the_layers_own_matmul(no_size_floor):
     mx.random.seed(1)
     attn = Attention(64, 64, 32)
-    fused_qkv.install(attn)
+    stacked_linears.install(attn)
     x, other = mx.random.normal((3, 64)), mx.random.normal((3, 64))
     attn.q_proj(x)
     assert mx.allclose(attn.k_proj(other), other @ attn.k_proj.weight.T, atol=1e-5).item()
@@ -71,13 +103,13 @@ def test_only_plain_layers_of_one_dtype_and_width_with_the_same_bias_stack(no_si
     quantized = Attention(64, 64, 32)
     quantized.q_proj = nn.QuantizedLinear(64, 64, bias=False)
     for attn in (mixed_bias, mixed_dtype, quantized):
-        assert fused_qkv.install(attn) == 0
-        assert type(attn.k_proj) is not fused_qkv.FusedPart
+        assert stacked_linears.install(attn) == 0
+        assert type(attn.k_proj) is not stacked_linears.StackedLinear
 
 
 def test_small_stacks_are_left_to_row_linear():
     attn = Attention(64, 64, 32)  # 32 KiB of fp32
-    assert fused_qkv.install(attn) == 0
+    assert stacked_linears.install(attn) == 0
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen3_5"])
@@ -85,19 +117,18 @@ def test_engines_with_the_route_decode_like_mlx_lm(no_size_floor, monkeypatch, a
     """Forced on (as on MLX CUDA), plain and speculative engines (oracle drafts, windows of up
     to 4 tokens, 5 rows joining and leaving) match mlx-lm's own decode on the modules it built;
     qwen3_5 is the hybrid, whose full-attention layers project a gated q (twice its width)."""
-    monkeypatch.setenv(fused_qkv.ENV, "1")
+    monkeypatch.setenv(stacked_linears.ENV, "1")
     model = tiny_model(arch, seed=5, layers=4)
     prompts = mixed_prompts(5, seed=6)
     refs = [reference_greedy(model, p, 16) for p in prompts]
     oracle = OracleDrafter({tuple(p): r[0] for p, r in zip(prompts, refs)})
     for drafter in (None, oracle):
         engine = Engine(model, drafter=drafter, max_batch_size=5, draft_depth=3)
-        stacked = [m for _, m in model.named_modules() if type(m) is fused_qkv.FusedQ]
-        assert stacked, "the engine must have installed the route"
+        stacked = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                   if type(m) is stacked_linears.StackedLinear}  # fmt: skip
+        assert stacked == {*QKV, "gate_proj", "up_proj"}, "the engine must have stacked both"
         outs = engine.generate(prompts, SamplingParams(max_tokens=16))
         for i, (o, ref) in enumerate(zip(outs, refs)):
             assert_matches(o.tokens, ref, f"{arch}, drafter={drafter is not None}, row {i}")
-    fused_qkv.remove(model)
-    assert all(
-        type(m) not in (fused_qkv.FusedQ, fused_qkv.FusedPart) for _, m in model.named_modules()
-    )
+    stacked_linears.remove(model)
+    assert all(type(m) is not stacked_linears.StackedLinear for _, m in model.named_modules())
