@@ -40,11 +40,11 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
 GPU_6B = "s36/device/gpu_6b_s36_h200.json"
 
 
-def _served_gpu(data: dict | None, measure: str) -> list[float]:
+def _served_gpu(data: dict | None, measure: str, launch_ab: bool = True) -> list[float]:
     """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu` file, as the engine of its
     stop ran: with `--ab-launch` (stops 32-54), the launcher thread's side at
-    LAUNCH_ROWS_MIN_S32_S54 rows or more and the other below; without, its only side (the
-    engine as it ran)."""
+    LAUNCH_ROWS_MIN_S32_S54 rows or more and the other below; without (or `launch_ab` False: a
+    later stop's A/B of another route, whose on side is its tree), its only side."""
     if not data:
         return []
     rows = next(iter(data["models"].values()))["rows"]
@@ -52,7 +52,7 @@ def _served_gpu(data: dict | None, measure: str) -> list[float]:
     for b in sorted(rows, key=int):
         runs, r = rows[b]["tokens_per_s_each_pass"], rows[b]
         off = f"{measure}_off"
-        side = off if int(b) < LAUNCH_ROWS_MIN_S32_S54 and off in runs else measure
+        side = off if launch_ab and int(b) < LAUNCH_ROWS_MIN_S32_S54 and off in runs else measure
         ratio = statistics.median(runs[side]) / statistics.median(runs["bg"])
         out.append(ratio if measure == "plain" else ratio / r["tokens_per_round"])
     return out
@@ -126,6 +126,11 @@ def targets_section() -> list[str]:
         "52": _load("s52/device/gpu_h200.json"),  # before its attention change (ecea926)
         "53": _load("s53/device/gpu_fixed_h200.json"),  # a window's keys read once, skinny on
         "55": _load("s55/gpu_final_h200.json"),  # every round from the launcher thread
+        "62": _load("s63/device/gpu_p1p2_h200.json"),  # 4718c56, s63's first machine
+        # q, k, v stacked (workers/stacked_linears.py's first form), s63's third machine (the
+        # slowest reading of the route; its second machine read 0.97-1.55)
+        "63 (q/k/v)": _load("s63/device/gpu_fused_ab3_h200.json"),
+        "63": _load("s63/device/gpu_stacked_ab_h200.json"),  # q, k, v and gate, up stacked
     }
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
     # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
@@ -253,7 +258,7 @@ def targets_section() -> list[str]:
     )
     # per stop: [6.6B, 0.87B] lists of P1 ("plain") or P2 ("forced") per batch size
     by_stop = {
-        measure: {s: [_served_gpu(_model(g, m), measure) for m in ("6b", "1b")]
+        measure: {s: [_served_gpu(_model(g, m), measure, int(s[:2]) < 55) for m in ("6b", "1b")]
                   for s, g in stops.items()}
         for measure in ("plain", "forced")
     }  # fmt: skip
