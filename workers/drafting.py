@@ -48,10 +48,14 @@ def attach_drafter(
         drafter.engine_hidden = "post_norm"  # type: ignore[union-attr]
     if backend.builds_per_shape and hasattr(drafter, "pad_packed_to"):
         drafter.pad_packed_to = 8  # type: ignore[union-attr]
+    compiles = backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps")
     for own in (getattr(drafter, "head", None), getattr(drafter, "model", None)):
         if own is not None:  # an MTP head's layer, a draft model (the target's are routed)
-            routes.install(own, backend)  # before compile_steps: a trace's key names classes
-    if backend.wants(COMPILE_ENV) and hasattr(drafter, "compile_steps"):
+            # before compile_steps: a trace's key names classes. No stacks where steps compile:
+            # the trace lends its weights as stand-ins, which no stack holds (its linears would
+            # fall back to plain GEMMs, losing the row and skinny routes).
+            routes.install(own, backend, stack=not compiles)
+    if compiles:
         drafter.compile_steps()  # type: ignore[union-attr]
     if drafter is None or not config.adaptive_depth:
         return Attached(drafter, needs_hidden, post_norm, None)

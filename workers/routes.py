@@ -19,15 +19,19 @@ from workers import cpu_jit, cpu_ops, row_linear, skinny_linear, stacked_linears
 from workers.backend import Backend
 
 
-def install(model: object, backend: Backend) -> None:
+def install(model: object, backend: Backend, stack: bool = True) -> None:
     """The engine's routes on `model` (a target, an MTP head, a draft model), in the order their
-    predicates need: linears reading one input as one matmul (q, k, v; gate, up: MLX CUDA), few-row linears as gemvs (MLX
-    CUDA), the skinny kernel (MLX CUDA), held weight views for every other linear, then the CPU's
-    fewer-node RoPE and RMSNorm. First, for the process, before the model's first compiled kernel
-    is built: the CPU's JIT flags."""
+    predicates need: linears reading one input as one matmul (q, k, v; gate, up: MLX CUDA),
+    few-row linears as gemvs (MLX CUDA), the skinny kernel (MLX CUDA), held weight views for every
+    other linear, then the CPU's fewer-node RoPE and RMSNorm. First, for the process, before the
+    model's first compiled kernel is built: the CPU's JIT flags. `stack` False: no stacked
+    linears, and none left from an earlier engine (a model whose steps compile:
+    workers/drafting.py)."""
     cpu_jit.install()
-    if stacked_linears.wanted():
+    if stack and stacked_linears.wanted():
         stacked_linears.install(model)
+    else:  # an earlier engine's stacks on a model this one runs unstacked
+        stacked_linears.remove(model)
     if backend.wants(row_linear.ENV):
         row_linear.install(model)
     if skinny_linear.wanted():

@@ -14,11 +14,18 @@ A layer saves that at every forward: decode steps, verify windows and prefill ch
 The route installs once per model: a group's weights become row slices (views, no copy) of one
 stacked weight, so the model holds no second copy. Whichever member is called first on an x runs
 the stacked matmul, returns its own columns and keeps the others' for their calls on the same x
-(mlx-lm calls q, k, v and gate, up in turn, but any order computes each stack once); a call on
-another x, or on a weight replaced since, runs the layer's own matmul. A column is a dot product
-of x with one weight row either way: at one row both are MLX's gemv and equal bit for bit; at
-more rows the GEMM's tiling (and so the rounding) may differ, as it already does between row
-counts, which the engine's parity tests allow for (near ties).
+(mlx-lm calls q, k, v and gate, up in turn, but any order computes each stack once); once every
+member has taken its part the stack lets the outputs go, so a forward's activations are not
+held while it evaluates. A member whose weight was replaced since runs its own matmul. The
+stacks assume decoder layers, whose members read one x: a member called on an x of its own (a
+cross-attention's k, v) would compute every member's columns for it.
+
+Numbers: a column is a dot product of x with one weight row either way. At one row (no bias) both
+forms run MLX's gemv, equal bit for bit on the H200 (6.6B and ~1B shapes). At more rows the
+GEMM's tiling, and so the rounding, may differ from the separate calls', as it already differs
+between row counts; members small enough for row_linear's per-row gemvs, or skinny-sized, lose
+those routes' row-for-row bits inside a larger stack. The engine's parity tests allow for that
+(near ties); every GPU run of stop 63 read every row equal to plain decoding.
 
 Default where launches and shapes cost the most (MLX CUDA: Backend.wants);
 `SPECFLEET_STACKED_LINEARS` "1" / "0" installs it or not on any backend. Stacks of at most
@@ -49,9 +56,9 @@ class Stack:
         self.bias_views = (
             None if bias is None else [bias[a:b] for a, b in zip([0, *self.cuts], ends)]
         )
-        # (x, outputs) of the last stacked call: one attribute, set in one step, so an engine on
-        # another thread sharing the model never pairs one call's x with another's outputs.
-        self.last: tuple[mx.array, list[mx.array]] | None = None
+        # (x, outputs, parts taken) of the last stacked call: one attribute, set in one step, so
+        # an engine on another thread sharing the model never pairs one x with another's outputs.
+        self.last: tuple[mx.array, list[mx.array], set[int]] | None = None
 
     def holds(self, module: nn.Module, part: int) -> bool:
         """`module` still reads its view of the stack (not a weight set since)."""
@@ -59,14 +66,26 @@ class Stack:
             self.bias_views is None or module.get("bias") is self.bias_views[part]
         )
 
-    def outputs(self, owner: nn.Module, x: mx.array) -> list[mx.array]:
+    def outputs(self, x: mx.array) -> tuple[mx.array, list[mx.array], set[int]]:
         """Every member's output for x: the stacked matmul, split (its transpose a held view)."""
         w = self.weight
-        wt = row_linear.held_view(owner, "stack_t", w, lambda: w.T)  # made once: no node a call
+        wt = row_linear.held_view(self, "t", w, lambda: w.T)  # made once: no node a call
         y = x @ wt if self.bias is None else mx.addmm(self.bias, x, wt)
-        parts: list[mx.array] = list(mx.split(y, self.cuts, axis=-1))
-        self.last = (x, parts)
-        return parts
+        last = (x, list(mx.split(y, self.cuts, axis=-1)), set[int]())
+        self.last = last
+        return last
+
+    def take(self, x: mx.array, part: int) -> mx.array:
+        """Member `part`'s output for x: kept from the stacked call on x, or a new one. The last
+        member to take its part drops the outputs (held, they would pin a forward's activations
+        while it evaluates)."""
+        last = self.last
+        if last is None or last[0] is not x:
+            last = self.outputs(x)
+        last[2].add(part)
+        if len(last[2]) == len(last[1]) and self.last is last:
+            self.last = None
+        return last[1][part]
 
 
 class StackedLinear(nn.Linear):
@@ -77,14 +96,12 @@ class StackedLinear(nn.Linear):
         stack, part = self.__dict__["_stack"], self.__dict__["_stack_part"]
         if not stack.holds(self, part):
             return super().__call__(x)
-        last = stack.last
-        if last is not None and last[0] is x:
-            return last[1][part]
-        return stack.outputs(self, x)[part]
+        return stack.take(x, part)
 
 
 def _stackable(layers: list[object]) -> bool:
-    if not all(type(m) in (nn.Linear, row_linear.ViewLinear) for m in layers):
+    # StackedLinear too: a stack whose weights were replaced since is made again
+    if not all(type(m) in (nn.Linear, row_linear.ViewLinear, StackedLinear) for m in layers):
         return False
     ws = [m["weight"] for m in layers]  # type: ignore[index]
     return (
@@ -136,4 +153,7 @@ def wanted() -> bool:
 
 def remove(model: object) -> None:
     """Undo `install`'s classes (the weights stay views of the stack: the same numbers)."""
+    for _, m in model.named_modules():  # type: ignore[attr-defined]
+        if type(m) is StackedLinear:
+            m.__dict__["_stack"].last = None
     row_linear.reclass(model, lambda m: type(m) is StackedLinear, row_linear.engine_linear())

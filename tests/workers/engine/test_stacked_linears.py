@@ -1,9 +1,12 @@
 """Linears reading one input as one stacked matmul (workers/stacked_linears.py: q, k, v; gate,
-up), forced on the CPU: what it stacks, that the weights become views (no second copy), that
-any member may come first, that a call on another x or a replaced weight falls back to the
-layer's own matmul, and engines decoding as mlx-lm does."""
+up), forced on the CPU: what it stacks, that the weights become views (no second copy held),
+that any member may come first, that the outputs are let go once every member took its part,
+that a replaced weight runs the layer's own matmul (and is stacked again at the next install),
+which models get no stacks, and engines decoding as mlx-lm does."""
 
 from __future__ import annotations
+
+import gc
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -42,12 +45,21 @@ def test_the_outputs_are_the_separate_matmuls_and_weights_become_views(no_size_f
     assert stack.weight.shape == (96 + 32 + 32, 64)
     for part, name in enumerate(QKV):  # each weight is the stack's row slice
         assert attn[name]["weight"] is stack.views[part]
-    after = [attn[name](x) for name in QKV]
-    for a, b in zip(before, after):
+    q = attn.q_proj(x)
+    kept = stack.last
+    assert kept is not None and kept[0] is x
+    k = attn.k_proj(x)
+    assert k is kept[1][1]  # k came from the stacked call, not a matmul of its own
+    v = attn.v_proj(x)
+    assert stack.last is None  # every member took its part: the outputs are let go
+    for a, b in zip(before, (q, k, v)):
         assert mx.allclose(a, b, atol=1e-5).item()
-    assert attn.k_proj(x) is stack.last[1][1]  # k and v came from the stacked call
     assert stacked_linears.install(attn) == 1  # again: the same stack, no new copy
     assert attn.q_proj.__dict__["_stack"] is stack
+    stacked_linears.remove(attn)
+    assert type(attn.q_proj) is row_linear.engine_linear()
+    assert stacked_linears.install(attn) == 1  # removed, then installed: still the same stack
+    assert attn.v_proj.__dict__["_stack"] is stack
 
 
 def test_any_member_may_come_first_and_the_stack_runs_once_per_x(no_size_floor):
@@ -58,8 +70,10 @@ def test_any_member_may_come_first_and_the_stack_runs_once_per_x(no_size_floor):
     x = mx.random.normal((2, 64))
     v = attn.v_proj(x)  # v first: the stacked call, its v columns
     first = stack.last
-    q, k = attn.q_proj(x), attn.k_proj(x)
-    assert stack.last is first and q is first[1][0] and k is first[1][1]  # no second call
+    q = attn.q_proj(x)
+    assert stack.last is first and q is first[1][0]  # no second stacked call
+    k = attn.k_proj(x)
+    assert k is first[1][1] and stack.last is None
     for y, name in ((q, "q_proj"), (k, "k_proj"), (v, "v_proj")):
         assert mx.allclose(y, x @ attn[name].weight.T, atol=1e-5).item()
 
@@ -79,7 +93,7 @@ def test_an_mlps_gate_and_up_stack(no_size_floor):
     assert mx.allclose(mlp(x), before, atol=1e-5).item()
 
 
-def test_another_x_or_a_replaced_weight_runs_the_layers_own_matmul(no_size_floor):
+def test_a_replaced_weight_runs_its_own_matmul_until_the_next_install_stacks_it(no_size_floor):
     mx.random.seed(1)
     attn = Attention(64, 64, 32)
     stacked_linears.install(attn)
@@ -93,6 +107,52 @@ def test_another_x_or_a_replaced_weight_runs_the_layers_own_matmul(no_size_floor
     new_q = mx.random.normal((64, 64))
     attn.q_proj.update({"weight": new_q})
     assert mx.allclose(attn.q_proj(x), x @ new_q.T, atol=1e-5).item()
+    old = attn.k_proj.__dict__["_stack"]
+    assert stacked_linears.install(attn) == 1  # a new stack of the weights as they are now
+    stack = attn.k_proj.__dict__["_stack"]
+    assert stack is not old and all(stack.holds(attn[n], i) for i, n in enumerate(QKV))
+    assert mx.allclose(attn.v_proj(x), x @ new_v.T, atol=1e-5).item()
+    assert mx.allclose(attn.q_proj(x), x @ new_q.T, atol=1e-5).item()
+
+
+def test_no_second_copy_of_the_weights_is_held():
+    """8 MiB of fp32 weights: past row_linear's bound; a kept copy would add 8 MiB."""
+    mx.random.seed(6)
+    attn = Attention(1024, 1024, 512)
+    mx.eval(attn.parameters())
+    gc.collect()
+    before = mx.get_active_memory()
+    assert stacked_linears.install(attn) == 1
+    gc.collect()
+    assert mx.get_active_memory() - before < 1 << 20
+
+
+def test_mlx_lm_built_modules_have_no_stacks_and_compiled_heads_get_none(
+    no_size_floor, monkeypatch
+):
+    """The reference decode (workers/routes.as_mlx_lm_built) runs mlx-lm's own linears; an MTP
+    head whose steps compile gets no stacks (its trace lends stand-in weights, which no stack
+    holds), while the target it drafts for does."""
+    from mlx_lm.models.qwen3 import MLP
+
+    from tests.tiny import fit_mtp_head
+    from workers.compiled_step import COMPILE_ENV
+    from workers.drafters.mtp import MTPDrafter
+    from workers.routes import as_mlx_lm_built
+
+    monkeypatch.setenv(stacked_linears.ENV, "1")
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    model = tiny_model("qwen3", seed=7, layers=2)
+    head = fit_mtp_head(model, steps=1)
+    Engine(model, drafter=MTPDrafter(model, head), max_batch_size=2, draft_depth=2)
+    in_target = [m for _, m in model.named_modules() if type(m) is stacked_linears.StackedLinear]
+    assert len(in_target) == 2 * 5
+    assert all(type(m) is not stacked_linears.StackedLinear for _, m in head.named_modules())
+    with as_mlx_lm_built(model):
+        assert all(type(m) is not stacked_linears.StackedLinear for _, m in model.named_modules())
+    assert type(model.layers[0].mlp) is MLP and type(model.layers[0].mlp.up_proj) is (
+        stacked_linears.StackedLinear
+    )
 
 
 def test_only_plain_layers_of_one_dtype_and_width_with_the_same_bias_stack(no_size_floor):
