@@ -5,7 +5,8 @@
 # every other rep). Appends a JSON line a pair to OUT.
 #   usage: bash bench/results/s50/contended_ab_cpu.sh REPS NAME,NAME,... OUT.jsonl [BEFORE]
 #   NAME: plain | adaptive (as a demo worker serves) | held0 (the same, held at depth 0) | hold
-#   (the same, hold_depth on; stop 59, so no b-hold in a tree before it) | kN (fixed depth N);
+#   (the same, hold_depth on; stop 59, so no b-hold in a tree before it) | kN (fixed depth N) |
+#   mgNN (adaptive with the policy's min_gain at NN / 100; stop 63);
 #   b-NAME: the same in the tree BEFORE (a git worktree with .venv linked to this one's)
 cd "$(dirname "$0")/../../.."
 OUT=$(realpath -m "$3")

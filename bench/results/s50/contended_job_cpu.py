@@ -18,8 +18,10 @@ n, half, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 t_load = time.perf_counter()
 if n == "plain":
     e = EngineSpec(drafter=None, config=serving_config(draft_depth=3, max_batch_size=16)).build()
-elif n in ("adaptive", "held0", "hold"):
+elif n in ("adaptive", "held0", "hold") or n.startswith("mg"):
     e = EngineSpec(drafter="mtp", config=serving_config(draft_depth=3, max_batch_size=16)).build()
+    if n.startswith("mg"):  # stop 63: the policy's min_gain at NN / 100 (mgNN)
+        e.depth_policy.min_gain = int(n[2:]) / 100
     if n == "held0":
         e.depth_policy.forced = 0
     if n == "hold":  # stop 59: a drafting depth kept while it pays (MLX CUDA's setting)
