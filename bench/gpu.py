@@ -94,16 +94,14 @@ def route_off(make, undo):
     return made
 
 
-def env_off(make, env: str, first=None):
+def env_off(make, env: str):
     """An engine maker whose engine is built with `env` set to "0" (the A/B's off side of a
-    setting read at construction, e.g. workers/launch.py's launcher thread), after `first()`
-    (e.g. undoing a route an earlier engine installed on the shared model)."""
+    setting read at construction, e.g. workers/launch.py's launcher thread, or the stacked
+    linears, which an engine built without them undoes on the shared model: routes.install)."""
 
     from bench.peers import env_set
 
     def made():
-        if first is not None:
-            first()
         with env_set(env, "0"):
             return make()
 
@@ -112,9 +110,6 @@ def env_off(make, env: str, first=None):
 
 AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
 AB_ENV = {"launch": launch.ENV, "stacked": stacked_linears.ENV}
-# Routes an earlier engine installed on the shared model, undone before an off side's engine
-# is built (whose own routes then take those layers, as a tree without the route would).
-AB_FIRST = {"stacked": stacked_linears.remove}
 
 
 def measure(
@@ -151,12 +146,8 @@ def measure(
     if ab:  # the same configurations with the route `ab` off (AB_UNDO), taking turns with them;
         # forced rounds one at a time too, where the device's time adds to the host's
         undo = AB_UNDO.get(ab)
-        first = AB_FIRST.get(ab)
-        off = (
-            (lambda make: env_off(make, AB_ENV[ab], first and (lambda: first(model))))
-            if undo is None
-            else (lambda make: route_off(make, undo))
-        )
+        off = (lambda make: env_off(make, AB_ENV[ab])) if undo is None else (
+            lambda make: route_off(make, undo))  # fmt: skip
 
         def forced_sync() -> Engine:
             d = DeviceForcedDrafter(refs, vocab=vocab)

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import mlx.core as mx
-import numpy as np
+
+from bench.forward_timing import time_queued
 
 PRESETS = {"1b": 2048, "6b": 4096}  # hidden; intermediate 3x (bench/gpu.py's Qwen3 shapes)
-CALLS = 32
 
 
-def timed(fn, x, ws, reps: int = 5) -> float:
-    batch = [ws[i % len(ws)] for i in range(CALLS)]
-    mx.eval([fn(x, w) for w in batch])
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mx.eval([fn(x, w) for w in batch])
-        times.append((time.perf_counter() - t0) / CALLS)
-    return 1e6 * float(np.median(times))
+def us(fn, x: mx.array, ws: list) -> float:
+    """Microseconds a call, 32 calls cycling the weight copies queued in one evaluation."""
+    return 1e6 * time_queued(fn, [x], ws, calls=32)
 
 
 def main() -> None:
@@ -44,12 +37,10 @@ def main() -> None:
             mx.eval(ws[-1])
         for M in [int(m) for m in args.rows.split(",")]:
             x = mx.random.normal((M, H)).astype(mx.bfloat16)
-            two = timed(lambda x, w: [x @ w[0].T, x @ w[1].T], x, ws)
-            stacked = timed(lambda x, w: mx.split(x @ w[2].T, 2, -1), x, ws)
-            act_two = timed(lambda x, w: (x @ w[0].T) * (x @ w[1].T), x, ws)
-            act_stacked = timed(
-                lambda x, w: (lambda g, u: g * u)(*mx.split(x @ w[2].T, 2, -1)), x, ws
-            )
+            two = us(lambda x, w: [x @ w[0].T, x @ w[1].T], x, ws)
+            stacked = us(lambda x, w: mx.split(x @ w[2].T, 2, -1), x, ws)
+            act_two = us(lambda x, w: (x @ w[0].T) * (x @ w[1].T), x, ws)
+            act_stacked = us(lambda x, w: (lambda g, u: g * u)(*mx.split(x @ w[2].T, 2, -1)), x, ws)
             row = {"preset": preset, "M": M, "two_us": two, "stacked_split_us": stacked,
                    "two_times_us": act_two, "stacked_times_us": act_stacked}  # fmt: skip
             print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}),

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import mlx.core as mx
-import numpy as np
 
+from bench.forward_timing import time_queued
 from workers import skinny_linear
 
 PRESETS = {"1b": 2048, "6b": 4096}
-CALLS = 64
 
 
 def layer_weights(H: int, copies: int) -> list[tuple[mx.array, mx.array, mx.array, mx.array]]:
@@ -36,15 +34,9 @@ def layer_weights(H: int, copies: int) -> list[tuple[mx.array, mx.array, mx.arra
     return out
 
 
-def timed(fn, xs, ws, reps: int = 5) -> float:
-    batch = [(xs, ws[i % len(ws)]) for i in range(CALLS)]
-    mx.eval([fn(x, w) for x, w in batch])
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mx.eval([fn(x, w) for x, w in batch])
-        times.append((time.perf_counter() - t0) / CALLS)
-    return 1e6 * float(np.median(times))
+def us(fn, x: mx.array, ws: list) -> float:
+    """Microseconds a call, 64 calls cycling the weight copies queued in one evaluation."""
+    return 1e6 * time_queued(fn, [x], ws, calls=64)
 
 
 def mm(x, w):
@@ -67,10 +59,10 @@ def main() -> None:
         ws = layer_weights(H, max(2, (160 << 20) // (4 * H * H * 2)))
         for M in [int(m) for m in args.rows.split(",")]:
             x = mx.random.normal((M, H)).astype(mx.bfloat16)
-            three = timed(lambda x, w: [mm(x, w[0]), mm(x, w[1]), mm(x, w[2])], x, ws)
-            three_mlx = timed(lambda x, w: [x @ w[0].T, x @ w[1].T, x @ w[2].T], x, ws)
-            fused = timed(lambda x, w: x @ w[3].T, x, ws)
-            fused_split = timed(lambda x, w, H=H: mx.split(x @ w[3].T, [H, H + H // 2], -1), x, ws)
+            three = us(lambda x, w: [mm(x, w[0]), mm(x, w[1]), mm(x, w[2])], x, ws)
+            three_mlx = us(lambda x, w: [x @ w[0].T, x @ w[1].T, x @ w[2].T], x, ws)
+            fused = us(lambda x, w: x @ w[3].T, x, ws)
+            fused_split = us(lambda x, w, H=H: mx.split(x @ w[3].T, [H, H + H // 2], -1), x, ws)
             wq, wk, wv, wf = ws[0]
             y = x @ wf.T
             same = [bool(mx.array_equal(y[:, :H], x @ wq.T)),
