@@ -80,6 +80,27 @@ def time_forward_pipelined(model: object, cell: tuple, reps: int = 20) -> float:
     return (time.perf_counter() - t0) / reps
 
 
+def time_host(model: object, cell: tuple, reps: int = 10) -> tuple[float, float]:
+    """(seconds building one forward's graph in Python, seconds in `mx.async_eval` encoding and
+    launching it), medians of `reps`; each forward is waited for before the next is built, so
+    neither overlaps the device's work of an earlier one."""
+    from workers.forward import forward_window
+
+    cache, tokens, valid = cell
+    mx.eval(forward_window(model, cache, tokens, valid))
+    build, encode = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = forward_window(model, cache, tokens, valid)
+        t1 = time.perf_counter()
+        mx.async_eval(out)
+        t2 = time.perf_counter()
+        mx.eval(out)
+        build.append(t1 - t0)
+        encode.append(t2 - t1)
+    return float(np.median(build)), float(np.median(encode))
+
+
 def time_forward(model: object, cell: tuple, reps: int = 10) -> float:
     """Seconds per synced forward of one cell's window (nothing committed: same slots each)."""
     from workers.forward import forward_window

@@ -109,7 +109,11 @@ def env_off(make, env: str):
 
 
 AB_UNDO = {"skinny": skinny_linear.remove, "views": row_linear.remove_views}
-AB_ENV = {"launch": launch.ENV, "stacked": stacked_linears.ENV}
+AB_ENV = {
+    "launch": launch.ENV,
+    "stacked": stacked_linears.ENV,
+    "skinny_wide": skinny_linear.WIDE_ENV,
+}
 
 
 def measure(
@@ -249,6 +253,11 @@ def main() -> None:
         help="also run plain and forced with workers/stacked_linears.py off, in turns",
     )
     ab_route.add_argument(
+        "--ab-skinny-wide",
+        action="store_true",
+        help="also run plain and forced with skinny_linear's wide route off, in turns",
+    )
+    ab_route.add_argument(
         "--ab-views",
         action="store_true",
         help="also run plain and forced with row_linear's held weight views off, in turns",
@@ -256,6 +265,7 @@ def main() -> None:
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
     ab = "launch" if args.ab_launch else "stacked" if args.ab_stacked else ab
+    ab = "skinny_wide" if args.ab_skinny_wide else ab
     if args.ab_views:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:

@@ -37,6 +37,7 @@ from typing import Any
 import mlx.core as mx
 
 from workers.attention_route import route_attention
+from workers.per_stream import compiled_call
 
 # One block of NW warps per (row b, query head hq) for all W window queries: lanes split the head
 # dim (E = D / 32 elements each), warps split the keys (warp w takes keys w, w + NW, ...), each
@@ -192,6 +193,7 @@ WIDE_LONG_SLOTS = 1024
 WIDE_MAX_READS = 48 * 2**20
 _kernel: Any = None
 _scales: dict[float, mx.array] = {}  # one device scalar per softmax scale, not one per call
+_compiled: dict[str, Any] = {}  # stream -> the compiled call (workers/per_stream.py)
 
 
 def ragged_window_attention(
@@ -204,7 +206,23 @@ def ragged_window_attention(
     num_warps: int | None = None,  # None: by row-heads (FEW_ROW_HEADS), capped; 1-warps_that_fit
 ) -> mx.array:
     """[B, Hq, W, D] (a transposed view of [B, W, Hq, D]): window query i of row r attends
-    slots [0, lengths[r] + i]."""
+    slots [0, lengths[r] + i]. At the default warps the call goes through `mx.compile`, traced
+    once per shape and stream (workers/per_stream.py)."""
+    if scale not in _scales:
+        _scales[scale] = mx.array([scale], mx.float32)
+    if num_warps is None:
+        return compiled_call(_compiled, _launch)(q, k, v, lengths, _scales[scale])
+    return _launch(q, k, v, lengths, _scales[scale], num_warps)
+
+
+def _launch(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    lengths: mx.array,
+    scale: mx.array,  # [1] float32
+    num_warps: int | None = None,
+) -> mx.array:
     B, HQ, W, D = q.shape
     few = B * HQ <= FEW_ROW_HEADS
     fit = warps_that_fit(W, D)
@@ -223,10 +241,8 @@ def ragged_window_attention(
             source=_SOURCE,
             ensure_row_contiguous=False,  # q: the model's transposed view; k, v: the cache's slots
         )
-    if scale not in _scales:
-        _scales[scale] = mx.array([scale], mx.float32)
     return _kernel(
-        inputs=[q, k, v, lengths, _scales[scale]],
+        inputs=[q, k, v, lengths, scale],
         template=[
             ("T", q.dtype),
             ("W", W),

@@ -31,6 +31,7 @@ share the call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -38,11 +39,21 @@ import mlx.nn as nn
 
 from workers import row_linear
 from workers.backend import Backend
+from workers.per_stream import compiled_call
 
 ROWS_MIN, ROWS_MAX = 2, 8  # one row stays MLX's gemv (faster there); more than 8, its GEMM
-WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16; MLP and lm_head weights keep MLX's GEMM
+WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16: the weights where the kernel's device time wins
+# With WIDE_ENV: every weight up to this (a 6.6B's MLP down, 96 MiB; its stacked gate and up,
+# 192 MiB, workers/stacked_linears.py) takes the kernel too, for the host's sake. On the device
+# the kernel streams the wide weights about as fast as MLX's GEMM (3+ TB/s, H200,
+# bench/results/skinny_matmul_deep_h200.json), but a 5-row cuBLASLt GEMM costs ~35 us of MLX's
+# encode a call against ~8-10 for the kernel (bench/results/s64/device/kernel_call_cost.py), and
+# a 6.6B verify forward makes 97 of them: its encode, not the device, sets a B = 1 round's pace.
+WIDE_WEIGHT_BYTES_MAX = 1 << 30
 # Unset or "1": install the route (MLX CUDA only; it never installs without CUDA). "0": not.
 ENV = "SPECFLEET_SKINNY_LINEAR"
+# Unset: the backend's choice (see Backend.wants); "1" / "0": wide weights take the kernel or not.
+WIDE_ENV = "SPECFLEET_SKINNY_WIDE"
 
 SOURCE = r"""
   constexpr int STEP = 256;  // k of one warp-wide 16-byte load (32 lanes x 8 elements)
@@ -123,6 +134,7 @@ SOURCE = r"""
 """
 WARPS = 8  # per block
 _kernel: Any = None
+_compiled: dict[str, Callable[[mx.array, mx.array], mx.array]] = {}
 
 
 def tiling(M: int) -> tuple[int, int]:
@@ -132,7 +144,14 @@ def tiling(M: int) -> tuple[int, int]:
 
 
 def matmul(x: mx.array, w: mx.array, R: int | None = None, U: int | None = None) -> mx.array:
-    """[M, N] = x [M, K] @ w [N, K].T in x's half precision, fp32 accumulation; K % 8 == 0."""
+    """[M, N] = x [M, K] @ w [N, K].T in x's half precision, fp32 accumulation; K % 8 == 0.
+    At the default tiling, through a trace per shape and stream (workers/per_stream.py)."""
+    if R is None and U is None:
+        return compiled_call(_compiled, _launch)(x, w)
+    return _launch(x, w, R, U)
+
+
+def _launch(x: mx.array, w: mx.array, R: int | None = None, U: int | None = None) -> mx.array:
     global _kernel
     if _kernel is None:
         _kernel = mx.fast.cuda_kernel(
@@ -163,8 +182,9 @@ class SkinnyLinear(nn.Linear):
         return matmul(x.reshape(M, K), self.weight).reshape(*x.shape[:-1], -1)
 
 
-def serves(module: object) -> bool:
-    """A plain bias-free half-precision linear above row_linear's weights and within ours."""
+def serves(module: object, wide: bool | None = None) -> bool:
+    """A plain bias-free half-precision linear above row_linear's weights and within ours
+    (`weight_bytes_max`; `wide` as there)."""
     if not isinstance(module, nn.Linear) or type(module) not in (nn.Linear, row_linear.ViewLinear):
         return False
     if "bias" in module:
@@ -172,8 +192,28 @@ def serves(module: object) -> bool:
     w = module.weight
     return (
         w.dtype in (mx.bfloat16, mx.float16)
-        and row_linear.WEIGHT_BYTES_MAX < w.nbytes <= WEIGHT_BYTES_MAX
+        and row_linear.WEIGHT_BYTES_MAX < w.nbytes <= weight_bytes_max(wide)
         and w.shape[1] % 8 == 0  # whole 16-byte loads
+    )
+
+
+def weight_bytes_max(wide: bool | None = None) -> int:
+    """The largest weight the route takes: WIDE_WEIGHT_BYTES_MAX where wide weights take the
+    kernel (`wide`; None: as WIDE_ENV and the backend say), else WEIGHT_BYTES_MAX."""
+    if wide is None:
+        wide = Backend.current().wants(WIDE_ENV)
+    return WIDE_WEIGHT_BYTES_MAX if wide else WEIGHT_BYTES_MAX
+
+
+def takes(x: mx.array, w: mx.array) -> bool:
+    """A call of x [..., K] on w [N, K] the kernel computes: 2-8 rows, one half-precision type,
+    whole 16-byte loads (for a caller holding its own weight: workers/stacked_linears.py)."""
+    K = x.shape[-1]
+    return (
+        ROWS_MIN <= x.size // max(K, 1) <= ROWS_MAX
+        and x.dtype == w.dtype
+        and w.dtype in (mx.bfloat16, mx.float16)
+        and K % 8 == 0
     )
 
 
@@ -188,8 +228,17 @@ def wanted() -> bool:
 
 
 def install(model: object) -> int:
-    """Route `model`'s linears that `serves` takes (MLX CUDA only); returns how many."""
-    return row_linear.reclass(model, serves, SkinnyLinear) if available() else 0
+    """Route `model`'s linears that `serves` takes (MLX CUDA only); returns how many. Linears an
+    earlier install routed past the bound that holds now (WIDE_ENV changed) go back first."""
+    if not available():
+        return 0
+    bound = weight_bytes_max()
+    row_linear.reclass(
+        model,
+        lambda m: type(m) is SkinnyLinear and m.weight.nbytes > bound,
+        row_linear.engine_linear(),
+    )
+    return row_linear.reclass(model, serves, SkinnyLinear)
 
 
 def remove(model: object) -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from workers import row_linear
+from workers import row_linear, skinny_linear
 from workers.backend import Backend
 
 ENV = "SPECFLEET_STACKED_LINEARS"
@@ -59,6 +59,9 @@ class Stack:
         # (x, outputs, parts taken) of the last stacked call: one attribute, set in one step, so
         # an engine on another thread sharing the model never pairs one x with another's outputs.
         self.last: tuple[mx.array, list[mx.array], set[int]] | None = None
+        # 2-8-row calls through workers/skinny_linear.py's kernel (set at each install: its
+        # wide route, MLX CUDA), not MLX's GEMM: a call's encode costs a quarter as much.
+        self.skinny = False
 
     def holds(self, module: nn.Module, part: int) -> bool:
         """`module` still reads its view of the stack (not a weight set since)."""
@@ -69,8 +72,12 @@ class Stack:
     def outputs(self, x: mx.array) -> tuple[mx.array, list[mx.array], set[int]]:
         """Every member's output for x: the stacked matmul, split (its transpose a held view)."""
         w = self.weight
-        wt = row_linear.held_view(self, "t", w, lambda: w.T)  # made once: no node a call
-        y = x @ wt if self.bias is None else mx.addmm(self.bias, x, wt)
+        if self.skinny and self.bias is None and skinny_linear.takes(x, w):
+            K = x.shape[-1]
+            y = skinny_linear.matmul(x.reshape(-1, K), w).reshape(*x.shape[:-1], -1)
+        else:
+            wt = row_linear.held_view(self, "t", w, lambda: w.T)  # made once: no node a call
+            y = x @ wt if self.bias is None else mx.addmm(self.bias, x, wt)
         last = (x, list(mx.split(y, self.cuts, axis=-1)), set[int]())
         self.last = last
         return last
@@ -126,7 +133,9 @@ def _stack(layers: list[nn.Module]) -> Stack:
 
 
 def install(model: object) -> int:
-    """Stack every group (GROUPS) of `model`'s modules; returns how many groups."""
+    """Stack every group (GROUPS) of `model`'s modules; returns how many groups. Their 2-8-row
+    calls take the skinny kernel where its wide route is wanted now (skinny_linear.WIDE_ENV)."""
+    skinny = skinny_linear.wanted() and Backend.current().wants(skinny_linear.WIDE_ENV)
     done = 0
     for _, module in model.named_modules():  # type: ignore[attr-defined]
         for names in GROUPS:
@@ -140,6 +149,7 @@ def install(model: object) -> int:
                 stack = _stack(layers)  # type: ignore[arg-type]
             else:
                 continue
+            stack.skinny = skinny
             for i, m in enumerate(layers):
                 m.__dict__["_stack"], m.__dict__["_stack_part"] = stack, i  # type: ignore[union-attr]
                 m.__class__ = StackedLinear  # type: ignore[union-attr]

@@ -21,11 +21,64 @@ def test_only_mid_size_half_precision_bias_free_layers_are_served():
     mid = _linear(1024, 2048)  # 4 MiB of bf16: past row_linear's 2 MiB, within 32 MiB
     assert skinny_linear.serves(mid)
     assert not skinny_linear.serves(_linear(512, 1024))  # 1 MiB: row_linear's
-    assert not skinny_linear.serves(_linear(8192, 4096))  # 64 MiB: MLX's GEMM measured faster
+    # 64 MiB: MLX's GEMM, unless wide weights take the kernel too (WIDE_ENV)
+    assert not skinny_linear.serves(_linear(8192, 4096), wide=False)
     assert not skinny_linear.serves(_linear(1024, 2048, mx.float32))  # fp32
     assert not skinny_linear.serves(_linear(1024, 2048, bias=True))
     assert not skinny_linear.serves(_linear(1024, 2044))  # rows not whole 16-byte loads
     assert not skinny_linear.serves(nn.Embedding(2048, 1024))
+
+
+def test_the_wide_route_takes_weights_up_to_its_own_bound():
+    wide = _linear(8192, 4096)  # 64 MiB: a ~6B model's stacked q, k, v or its MLP's size
+    assert skinny_linear.serves(wide, wide=True)
+    assert skinny_linear.serves(_linear(1024, 2048), wide=True)  # the narrow route's still
+    assert not skinny_linear.serves(_linear(512, 1024), wide=True)  # row_linear's still
+    huge = _linear(8, 8)
+    huge.weight = mx.zeros((40_000, 16_384), mx.bfloat16)  # 1.2 GiB (lazy: never allocated)
+    assert not skinny_linear.serves(huge, wide=True)
+
+
+def test_the_wide_bound_follows_the_environment_and_the_backend(monkeypatch):
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "1")
+    assert skinny_linear.weight_bytes_max() == skinny_linear.WIDE_WEIGHT_BYTES_MAX
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "0")
+    assert skinny_linear.weight_bytes_max() == skinny_linear.WEIGHT_BYTES_MAX
+    monkeypatch.delenv(skinny_linear.WIDE_ENV)
+    from workers.backend import Backend
+
+    on = Backend.current().builds_per_shape  # MLX CUDA's default
+    assert skinny_linear.weight_bytes_max() == (
+        skinny_linear.WIDE_WEIGHT_BYTES_MAX if on else skinny_linear.WEIGHT_BYTES_MAX
+    )
+
+
+def test_an_install_under_a_narrower_bound_gives_wide_layers_back(monkeypatch):
+    """Engines sharing a model install in turns (a benchmark's A/B): a wide install routes the
+    64 MiB layer, a narrow one after it returns that layer to the plain class and keeps the
+    mid-size one routed."""
+    monkeypatch.setattr(skinny_linear, "available", lambda: True)  # install only re-classes
+    tree = nn.Sequential(_linear(8192, 4096), _linear(1024, 2048))
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "1")
+    assert skinny_linear.install(tree) == 2
+    assert [type(m) for m in tree.layers] == [skinny_linear.SkinnyLinear] * 2
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "0")
+    skinny_linear.install(tree)
+    assert type(tree.layers[0]) is not skinny_linear.SkinnyLinear
+    assert isinstance(tree.layers[0], nn.Linear)
+    assert type(tree.layers[1]) is skinny_linear.SkinnyLinear
+
+
+def test_calls_a_stack_may_hand_the_kernel():
+    w = mx.zeros((64, 2048), mx.bfloat16)
+    x = mx.zeros((1, 5, 2048), mx.bfloat16)
+    assert skinny_linear.takes(x, w)
+    assert skinny_linear.takes(mx.zeros((8, 2048), mx.bfloat16), w)
+    assert not skinny_linear.takes(mx.zeros((1, 2048), mx.bfloat16), w)  # one row: MLX's gemv
+    assert not skinny_linear.takes(mx.zeros((9, 2048), mx.bfloat16), w)
+    assert not skinny_linear.takes(x.astype(mx.float32), w)
+    assert not skinny_linear.takes(x.astype(mx.float32), w.astype(mx.float32))
+    assert not skinny_linear.takes(mx.zeros((5, 2044), mx.bfloat16), mx.zeros((4, 2044), mx.bfloat16))
 
 
 def test_never_installs_without_cuda_even_when_asked(monkeypatch):

@@ -192,3 +192,47 @@ def test_engines_with_the_route_decode_like_mlx_lm(no_size_floor, monkeypatch, a
             assert_matches(o.tokens, ref, f"{arch}, drafter={drafter is not None}, row {i}")
     stacked_linears.remove(model)
     assert all(type(m) is not stacked_linears.StackedLinear for _, m in model.named_modules())
+
+
+def test_few_row_calls_take_the_skinny_kernel_where_its_wide_route_is_on(
+    no_size_floor, monkeypatch
+):
+    """Where skinny_linear's wide route is wanted at install, a stack's 2-8-row calls go to the
+    kernel (its call costs MLX's encode a quarter of a GEMM's); one row, bias stacks and an
+    install with the route off keep the matmul. The kernel runs on MLX CUDA only, so a
+    recording stand-in computes it here: the test is about which calls reach it."""
+    from workers import skinny_linear
+
+    calls = []
+
+    def kernel(x, w):
+        calls.append(x.shape)
+        return x @ w.T
+
+    monkeypatch.setattr(skinny_linear, "wanted", lambda: True)
+    monkeypatch.setattr(skinny_linear, "matmul", kernel)
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "1")
+    mx.random.seed(4)
+    attn = Attention(64, 96, 32)
+    attn.set_dtype(mx.bfloat16)
+    x5 = mx.random.normal((1, 5, 64)).astype(mx.bfloat16)
+    before = [attn[name](x5) for name in QKV]
+    stacked_linears.install(attn)
+    assert attn.q_proj.__dict__["_stack"].skinny
+    after = [attn[name](x5) for name in QKV]
+    assert calls == [(5, 64)]  # one call for the three members, rows flattened
+    for a, b in zip(before, after):
+        assert a.shape == b.shape and mx.allclose(a, b, atol=1e-2).item()
+    attn.q_proj(x5[:, :1])  # one row: MLX's gemv
+    assert len(calls) == 1
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "0")
+    stacked_linears.install(attn)
+    assert not attn.q_proj.__dict__["_stack"].skinny
+    attn.q_proj(mx.random.normal((1, 5, 64)).astype(mx.bfloat16))
+    assert len(calls) == 1
+    biased = Attention(64, 96, 32, bias=True)
+    biased.set_dtype(mx.bfloat16)
+    monkeypatch.setenv(skinny_linear.WIDE_ENV, "1")
+    stacked_linears.install(biased)
+    biased.q_proj(x5)
+    assert len(calls) == 1  # the kernel adds no bias
