@@ -78,7 +78,9 @@ def test_calls_a_stack_may_hand_the_kernel():
     assert not skinny_linear.takes(mx.zeros((9, 2048), mx.bfloat16), w)
     assert not skinny_linear.takes(x.astype(mx.float32), w)
     assert not skinny_linear.takes(x.astype(mx.float32), w.astype(mx.float32))
-    assert not skinny_linear.takes(mx.zeros((5, 2044), mx.bfloat16), mx.zeros((4, 2044), mx.bfloat16))
+    assert not skinny_linear.takes(
+        mx.zeros((5, 2044), mx.bfloat16), mx.zeros((4, 2044), mx.bfloat16)
+    )
 
 
 def test_never_installs_without_cuda_even_when_asked(monkeypatch):
