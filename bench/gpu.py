@@ -270,6 +270,8 @@ def main() -> None:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:
         os.environ[skinny_linear.ENV] = "1"  # engines install it; the off side removes it
+    if args.ab_skinny_wide:
+        os.environ[skinny_linear.WIDE_ENV] = "1"  # off by default: on here, "0" on the off side
 
     res: dict = {
         "device": str(mx.default_device()),

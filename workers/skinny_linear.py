@@ -43,16 +43,18 @@ from workers.per_stream import compiled_call
 
 ROWS_MIN, ROWS_MAX = 2, 8  # one row stays MLX's gemv (faster there); more than 8, its GEMM
 WEIGHT_BYTES_MAX = 32 << 20  # [4096, 4096] bf16: the weights where the kernel's device time wins
-# With WIDE_ENV: every weight up to this (a 6.6B's MLP down, 96 MiB; its stacked gate and up,
-# 192 MiB, workers/stacked_linears.py) takes the kernel too, for the host's sake. On the device
-# the kernel streams the wide weights about as fast as MLX's GEMM (3+ TB/s, H200,
-# bench/results/skinny_matmul_deep_h200.json), but a 5-row cuBLASLt GEMM costs ~35 us of MLX's
-# encode a call against ~8-10 for the kernel (bench/results/s64/device/kernel_call_cost.py), and
-# a 6.6B verify forward makes 97 of them: its encode, not the device, sets a B = 1 round's pace.
+# With WIDE_ENV=1: every weight up to this (a 6.6B's MLP down, 96 MiB; its stacked gate and up,
+# 192 MiB, workers/stacked_linears.py) takes the kernel too, for the host's sake: a 5-row
+# cuBLASLt GEMM costs ~35 us of MLX's encode a call against ~8-10 for the kernel
+# (bench/results/s64/device/kernel_call_cost.py), and a 6.6B verify forward makes 97 of them,
+# while the kernel streams wide weights about as fast as the GEMM (3+ TB/s, H200). Off by
+# default: in two A/Bs in turns (H200, bench.gpu --ab-skinny-wide, bench/results/s64/) forced
+# depth-4 rounds read 1.06 / 1.09x at 6.6B B = 1 but 0.96 / 0.87x at ~1B B = 1, and level at
+# B = 8 (0.97-1.11x): no setting that wins everywhere.
 WIDE_WEIGHT_BYTES_MAX = 1 << 30
 # Unset or "1": install the route (MLX CUDA only; it never installs without CUDA). "0": not.
 ENV = "SPECFLEET_SKINNY_LINEAR"
-# Unset: the backend's choice (see Backend.wants); "1" / "0": wide weights take the kernel or not.
+# "1": wide weights take the kernel (WIDE_WEIGHT_BYTES_MAX); unset or "0": not.
 WIDE_ENV = "SPECFLEET_SKINNY_WIDE"
 
 SOURCE = r"""
@@ -201,7 +203,7 @@ def weight_bytes_max(wide: bool | None = None) -> int:
     """The largest weight the route takes: WIDE_WEIGHT_BYTES_MAX where wide weights take the
     kernel (`wide`; None: as WIDE_ENV and the backend say), else WEIGHT_BYTES_MAX."""
     if wide is None:
-        wide = Backend.current().wants(WIDE_ENV)
+        wide = Backend.current().wants(WIDE_ENV, default=False)
     return WIDE_WEIGHT_BYTES_MAX if wide else WEIGHT_BYTES_MAX
 
 

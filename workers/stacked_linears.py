@@ -60,7 +60,7 @@ class Stack:
         # an engine on another thread sharing the model never pairs one x with another's outputs.
         self.last: tuple[mx.array, list[mx.array], set[int]] | None = None
         # 2-8-row calls through workers/skinny_linear.py's kernel (set at each install: its
-        # wide route, MLX CUDA), not MLX's GEMM: a call's encode costs a quarter as much.
+        # wide route, MLX CUDA, off by default), not MLX's GEMM: a quarter of the GEMM's encode.
         self.skinny = False
 
     def holds(self, module: nn.Module, part: int) -> bool:
@@ -135,7 +135,9 @@ def _stack(layers: list[nn.Module]) -> Stack:
 def install(model: object) -> int:
     """Stack every group (GROUPS) of `model`'s modules; returns how many groups. Their 2-8-row
     calls take the skinny kernel where its wide route is wanted now (skinny_linear.WIDE_ENV)."""
-    skinny = skinny_linear.wanted() and Backend.current().wants(skinny_linear.WIDE_ENV)
+    skinny = (
+        skinny_linear.wanted() and skinny_linear.weight_bytes_max() > skinny_linear.WEIGHT_BYTES_MAX
+    )
     done = 0
     for _, module in model.named_modules():  # type: ignore[attr-defined]
         for names in GROUPS:

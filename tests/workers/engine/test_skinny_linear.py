@@ -39,18 +39,13 @@ def test_the_wide_route_takes_weights_up_to_its_own_bound():
     assert not skinny_linear.serves(huge, wide=True)
 
 
-def test_the_wide_bound_follows_the_environment_and_the_backend(monkeypatch):
+def test_the_wide_bound_follows_the_environment(monkeypatch):
     monkeypatch.setenv(skinny_linear.WIDE_ENV, "1")
     assert skinny_linear.weight_bytes_max() == skinny_linear.WIDE_WEIGHT_BYTES_MAX
     monkeypatch.setenv(skinny_linear.WIDE_ENV, "0")
     assert skinny_linear.weight_bytes_max() == skinny_linear.WEIGHT_BYTES_MAX
-    monkeypatch.delenv(skinny_linear.WIDE_ENV)
-    from workers.backend import Backend
-
-    on = Backend.current().builds_per_shape  # MLX CUDA's default
-    assert skinny_linear.weight_bytes_max() == (
-        skinny_linear.WIDE_WEIGHT_BYTES_MAX if on else skinny_linear.WEIGHT_BYTES_MAX
-    )
+    monkeypatch.delenv(skinny_linear.WIDE_ENV)  # off by default, on every backend
+    assert skinny_linear.weight_bytes_max() == skinny_linear.WEIGHT_BYTES_MAX
 
 
 def test_an_install_under_a_narrower_bound_gives_wide_layers_back(monkeypatch):
