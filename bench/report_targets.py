@@ -40,11 +40,14 @@ def _engine(data: dict | None, Bs: tuple[str, ...], name: str, base: str) -> lis
 GPU_6B = "s36/device/gpu_6b_s36_h200.json"
 
 
-def _served_gpu(data: dict | None, measure: str, launch_ab: bool = True) -> list[float]:
+def _served_gpu(
+    data: dict | None, measure: str, launch_ab: bool = True, off_side: bool = False
+) -> list[float]:
     """P1 ("plain") or P2 ("forced") per batch size of a `bench.gpu` file, as the engine of its
     stop ran: with `--ab-launch` (stops 32-54), the launcher thread's side at
     LAUNCH_ROWS_MIN_S32_S54 rows or more and the other below; without (or `launch_ab` False: a
-    later stop's A/B of another route, whose on side is its tree), its only side."""
+    later stop's A/B of another route, whose on side is its tree), its only side; `off_side`: an
+    A/B of a route its stop did not adopt, whose off side is its tree."""
     if not data:
         return []
     rows = next(iter(data["models"].values()))["rows"]
@@ -52,7 +55,8 @@ def _served_gpu(data: dict | None, measure: str, launch_ab: bool = True) -> list
     for b in sorted(rows, key=int):
         runs, r = rows[b]["tokens_per_s_each_pass"], rows[b]
         off = f"{measure}_off"
-        side = off if launch_ab and int(b) < LAUNCH_ROWS_MIN_S32_S54 and off in runs else measure
+        below = launch_ab and int(b) < LAUNCH_ROWS_MIN_S32_S54
+        side = off if (off_side or below) and off in runs else measure
         ratio = statistics.median(runs[side]) / statistics.median(runs["bg"])
         out.append(ratio if measure == "plain" else ratio / r["tokens_per_round"])
     return out
@@ -131,6 +135,10 @@ def targets_section() -> list[str]:
         # slowest reading of the route; its second machine read 0.97-1.55)
         "63 (q/k/v)": _load("s63/device/gpu_fused_ab3_h200.json"),
         "63": _load("s63/device/gpu_stacked_ab_h200.json"),  # q, k, v and gate, up stacked
+        # custom kernels called through compiled traces: the off sides of two A/Bs of the wide
+        # skinny route (not adopted), B = 1 / 8 only
+        "64": (_load("s64/device/gpu_skinny_wide_ab_h200.json"), True),
+        "64 (2nd run)": (_load("s64/device/gpu_skinny_wide_ab2_h200.json"), True),
     }
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
     # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
@@ -258,14 +266,18 @@ def targets_section() -> list[str]:
     )
     # per stop: [6.6B, 0.87B] lists of P1 ("plain") or P2 ("forced") per batch size
     by_stop = {
-        measure: {s: [_served_gpu(_model(g, m), measure, int(s[:2]) < 55) for m in ("6b", "1b")]
-                  for s, g in stops.items()}
+        measure: {
+            s: [_served_gpu(_model(g, m), measure, int(s[:2]) < 55, off) for m in ("6b", "1b")]
+            for s, (g, off) in ((s, g if isinstance(g, tuple) else (g, False))
+                                for s, g in stops.items())
+        }
         for measure in ("plain", "forced")
     }  # fmt: skip
 
     def stops_text(measure: str) -> str:
         return "; ".join(
-            f"stop {s}'s tree, H200 6.6B {_fmt(big)}, 0.87B {_fmt(small)} (B=1 / 8 / 32)"
+            f"stop {s}'s tree, H200 6.6B {_fmt(big)}, 0.87B {_fmt(small)} "
+            f"({'B=1 / 8 / 32' if len(big) == 3 else 'B=1 / 8'})"
             for s, (big, small) in by_stop[measure].items()
         )
 
