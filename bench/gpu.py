@@ -138,20 +138,27 @@ def measure(
     plain = Engine(model, None, max_batch_size=B).generate(prompts, sp)  # untimed, and the refs
     refs = {tuple(p): o.tokens for p, o in zip(prompts, plain)}
 
-    def forced() -> Engine:
+    # --ab-deep: the on side runs two pipelined rounds in flight, the off side one
+    deep = {"pipeline_depth": 2} if ab == "deep" else {}
+
+    def forced(**kw: int) -> Engine:
         d = DeviceForcedDrafter(refs, vocab=vocab)
-        return Engine(model, None, drafter=d, max_batch_size=B, draft_depth=depth)
+        return Engine(model, None, drafter=d, max_batch_size=B, draft_depth=depth, **kw)
 
     makers = {
-        "plain": lambda: Engine(model, None, max_batch_size=B),
+        "plain": lambda: Engine(model, None, max_batch_size=B, **deep),
         "sync": lambda: Engine(model, None, max_batch_size=B, pipeline=False),
-        "forced": forced,
+        "forced": lambda: forced(**deep),
     }
     if ab:  # the same configurations with the route `ab` off (AB_UNDO), taking turns with them;
         # forced rounds one at a time too, where the device's time adds to the host's
         undo = AB_UNDO.get(ab)
-        off = (lambda make: env_off(make, AB_ENV[ab])) if undo is None else (
-            lambda make: route_off(make, undo))  # fmt: skip
+
+        def off(make):
+            if ab == "deep":  # the off side: one round in flight, the engine's default
+                plain = make is makers["plain"]
+                return (lambda: Engine(model, None, max_batch_size=B)) if plain else make
+            return env_off(make, AB_ENV[ab]) if undo is None else route_off(make, undo)
 
         def forced_sync() -> Engine:
             d = DeviceForcedDrafter(refs, vocab=vocab)
@@ -258,6 +265,11 @@ def main() -> None:
         help="also run plain and forced with skinny_linear's wide route off, in turns",
     )
     ab_route.add_argument(
+        "--ab-deep",
+        action="store_true",
+        help="also run plain and forced with one pipelined round in flight against two, in turns",
+    )
+    ab_route.add_argument(
         "--ab-views",
         action="store_true",
         help="also run plain and forced with row_linear's held weight views off, in turns",
@@ -265,7 +277,7 @@ def main() -> None:
     args = ap.parse_args()
     ab = "skinny" if args.ab_skinny else "views" if args.ab_views else None
     ab = "launch" if args.ab_launch else "stacked" if args.ab_stacked else ab
-    ab = "skinny_wide" if args.ab_skinny_wide else ab
+    ab = "skinny_wide" if args.ab_skinny_wide else "deep" if args.ab_deep else ab
     if args.ab_views:
         os.environ[row_linear.VIEW_ENV] = "1"  # engines install them; the off side removes them
     if args.ab_skinny:

@@ -37,6 +37,13 @@ class EngineConfig:
     # greedy without penalties and the drafter is device-resident (MTP head) or absent;
     # other batches run one round at a time. Tokens are identical either way.
     pipeline: bool = True
+    # Pipelined rounds launched before the oldest is read back. 1: the engine reads round N
+    # before it builds N+2, so a round costs about (build + encode + device) / 2 where the host's
+    # two parts outweigh the device's (H200, 6.6B, B = 1: ~10 ms against 7.7 on the device,
+    # bench/results/s64/README.md). 2: N+2 is built before N is read, towards max(build, encode,
+    # device); a finished row is found two rounds late (both rounds' slots discarded). Not yet
+    # measured on a device: 1 until it is.
+    pipeline_depth: int = 1
     # Quantize the target's KV cache per slot (workers/kv_quant.py): None (the model's dtype),
     # 8 or 4 bits, in groups of kv_group_size numbers of one head (must divide the head dim).
     kv_bits: int | None = None
@@ -72,6 +79,7 @@ class EngineConfig:
         check("prefix_cache_tokens", self.prefix_cache_tokens >= -1, "use 0 (off), -1 or N > 0")
         check("prefix_block_tokens", self.prefix_block_tokens >= 1, "use an int >= 1")
         check("join_wait_steps", self.join_wait_steps >= 0, "use 0 (join at once) or more")
+        check("pipeline_depth", self.pipeline_depth in (1, 2), "use 1 or 2 rounds in flight")
         check(
             "kv_budget_tokens",
             self.kv_budget_tokens is None or self.kv_budget_tokens >= 2,

@@ -127,7 +127,7 @@ class Engine(PipelinedRounds):
         # the last one's tail (6% of a plain engine at B=1 on the CPU).
         self._wait_before_launch = backend.computes_in_launch and self.depth_policy is not None
         self._verify_hidden: mx.array | None = None
-        self._flight: Flight | None = None  # pipelined round launched, not read yet
+        self._flights: list[Flight] = []  # pipelined rounds launched, not read yet, oldest first
         self._device_drafter = drafter is None or bool(getattr(drafter, "device_resident", False))
         self._prefill: Prefill | None = None  # rows being prefilled, chunk by chunk
         self._quiet_steps = 0  # steps since a request last arrived
@@ -192,7 +192,7 @@ class Engine(PipelinedRounds):
 
     def has_work(self) -> bool:
         with self._lock:
-            return bool(self.rows or self.waiting or self._inbox or self._prefill or self._flight)
+            return bool(self.rows or self.waiting or self._inbox or self._prefill or self._flights)
 
     def step(self) -> list[RequestOutput]:
         """One round: new requests join, the round in flight is read back and emitted, the
@@ -224,13 +224,12 @@ class Engine(PipelinedRounds):
         events = self._take_new_work()
         stats = RoundStats()
         events += self._drop_finished()  # aborted rows leave before a round computes them
-        if (self.rows or self._flight) and self._pipelined():
+        if (self.rows or self._flights) and self._pipelined():
             events += self._pipelined_step(stats)
         else:
             self.settle()  # a round that evaluates here
-            if self._flight is not None:  # a batch that cannot pipeline: drain first
-                flight, self._flight = self._flight, None
-                events += self._collect(flight, stats)
+            while self._flights:  # a batch that cannot pipeline: drain first
+                events += self._collect(self._flights.pop(0), stats)
                 events += [e for r in self.rows if (e := r.take_event()) is not None]
                 events += self._drop_finished()
             self._admit(stats)

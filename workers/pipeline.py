@@ -7,7 +7,8 @@ needs from N (each row's accept count, its last token, the MTP pairs, the cache 
 on the device as lazy arrays, so building N+1 reads nothing back, and the host's emit, stop
 checks and bookkeeping for N run while the device computes N+1 (`mx.async_eval`, as mlx-lm's
 generate_step overlaps its steps). A row that finished in N is found one round late: its slot
-in N+1 is computed, discarded, never emitted. Host cache lengths are upper bounds while a round
+in N+1 is computed, discarded, never emitted (two rounds late with EngineConfig.pipeline_depth
+2, where N+2 is launched before N is read). Host cache lengths are upper bounds while a round
 is in flight (BatchCache.commit_lazy) and are tightened from the rows' histories when it is read.
 """
 

@@ -29,7 +29,7 @@ class PipelinedRounds(Membership):
     route_joins: bool
     _launcher: Launcher | None
     _launch_rows: int | None
-    _flight: Flight | None
+    _flights: list[Flight]  # launched, not read yet, oldest first (EngineConfig.pipeline_depth)
     _device_drafter: bool
     _wait_before_launch: bool
     _verify_hidden: mx.array | None
@@ -38,6 +38,15 @@ class PipelinedRounds(Membership):
     _draft: Callable[..., Proposal]  # (sampling, in_flight) -> the round's drafts
     _window: Callable[[mx.array, Proposal], mx.array]  # -> [B, K+1] verify input
     _forward: Callable[[mx.array, np.ndarray], mx.array]  # -> logits [B, K+1, V]
+
+    @property
+    def _flight(self) -> Flight | None:
+        """The newest round launched and not read yet: the next round's inputs come from it."""
+        return self._flights[-1] if self._flights else None
+
+    def _in_flight_tokens(self) -> int:
+        """The most tokens a row may have emitted in rounds launched and not read yet."""
+        return sum(f.width for f in self._flights)
 
     def _pipelined(self) -> bool:
         """Can the next round be built without reading the last one back?"""
@@ -53,7 +62,8 @@ class PipelinedRounds(Membership):
         return self.depth_policy is not None and self.depth_policy.choose(len(self.rows)) == 0
 
     def _pipelined_step(self, stats: RoundStats) -> list[RequestOutput]:
-        """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit."""
+        """launch N+1 -> collect N (host work overlaps the device) -> leave -> admit; with
+        `pipeline_depth` 2, launch N+2 -> collect N."""
         launcher, rows_min = self._launcher, self._launch_rows
         if launcher is not None and rows_min is not None and len(self.rows) < rows_min:
             self.settle()  # launched here: the last launch must be done (and must not have failed)
@@ -71,8 +81,12 @@ class PipelinedRounds(Membership):
             handoff = launched.ticket.handoff_s if launched.ticket is not None else 0.0
             prev_wait = self._flight.wait_s if self._flight else 0.0
             launched.launch_s = t1 - t0 - prev_wait - handoff
+            self._flights.append(launched)
         events: list[RequestOutput] = []
-        flight, self._flight = self._flight, launched
+        # The oldest round is read once more than `pipeline_depth` are out, or once nothing
+        # new was launched (the batch drains: one round a step).
+        out = len(self._flights) > self.config.pipeline_depth or launched is None
+        flight = self._flights.pop(0) if out and self._flights else None
         # Rows leave and join routed too: what a join evaluates (its prefill) then queues behind
         # the launch, and neither waits for it (Membership.settle_unless_routed).
         with _routing(launcher if self.route_joins else None):
@@ -103,7 +117,7 @@ class PipelinedRounds(Membership):
         """Build the next round from device state and start it; reads nothing back."""
         prev = self._flight
         rows = list(self.rows)
-        proposal = self._draft(None, in_flight=prev.width if prev else 0)
+        proposal = self._draft(None, in_flight=self._in_flight_tokens())
         if self._wait_before_launch:
             settle_before(prev, proposal.counts)
         last = last_tokens(self.rows, prev)
@@ -132,8 +146,8 @@ class PipelinedRounds(Membership):
         stats.time_verify_s = time.perf_counter() - t0  # the device time the host waited for
         emit_round(flight.rows, flight.counts, verdict, stats)
         # Tighten the host's length bounds: a live row's cache holds its history but the last
-        # token, plus at most one window of the round now in flight.
-        inflight = self._flight.width if self._flight is not None else 0
+        # token, plus at most one window of each round still in flight.
+        inflight = self._in_flight_tokens()
         live = np.array([not r.is_finished for r in self.rows], dtype=bool)
         exact = np.array([len(r.history) - 1 for r in self.rows], dtype=np.int64)
         self.cache.tighten(exact + inflight, live, exact=inflight <= 1)

@@ -28,6 +28,7 @@ from tests.workers.engine import launcher_thread
 from tests.workers.engine.launcher_thread import hold_launches
 from tests.workers.engine.test_parity import assert_matches
 from tests.workers.engine.test_pipeline import (  # noqa: F401 - the suite, run again here
+    depth,  # at one round in flight and at two (EngineConfig.pipeline_depth)
     setup,
     test_a_lone_row_switching_between_drafting_and_plain_rounds,
     test_a_sampled_joiner_switches_the_batch_to_synchronous_rounds,

@@ -5,6 +5,7 @@ independent reference) and with the same engine run one round at a time (pipelin
 rows finishing in different rounds (EOS, max_tokens, stop sequences split across windows), an
 abort arriving while a round is in flight, requests joining between in-flight rounds, logprobs,
 and a batch switching between pipelined and synchronous rounds when a sampled request joins.
+Each with one round in flight and with two (EngineConfig.pipeline_depth).
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from workers import Engine, SamplingParams, kv_layers, membership
 from workers.drafters.mtp import MTPDrafter
 
 MAX_TOKENS = 24
+DEPTH = {"rounds": 1}  # pipeline_depth of the engines engine_for builds (the `depth` fixture)
+
+
+@pytest.fixture(autouse=True, params=[1, 2], ids=["depth1", "depth2"])
+def depth(request):
+    """Every test here runs with one round in flight, then two (EngineConfig.pipeline_depth:
+    round N+2 built before round N is read)."""
+    DEPTH["rounds"] = request.param
+    yield request.param
+    DEPTH["rounds"] = 1
 
 
 @pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
@@ -32,7 +43,7 @@ def setup(request):
 
 def engine_for(target, head, drafter: str, pipeline: bool = True, **kw) -> Engine:
     d = MTPDrafter(target, head) if drafter == "mtp" else None
-    kw = {"max_batch_size": 8, **kw}
+    kw = {"max_batch_size": 8, "pipeline_depth": DEPTH["rounds"], **kw}
     return Engine(target, drafter=d, pipeline=pipeline, draft_depth=3, **kw)
 
 
@@ -54,10 +65,10 @@ def tokens_of(evs) -> list[int]:
 
 
 @pytest.mark.parametrize("drafter", [None, "mtp"])
-def test_pipelined_rounds_run_and_match_the_reference(setup, drafter):
+def test_pipelined_rounds_run_and_match_the_reference(setup, drafter, depth):
     target, head, prompts, refs = setup
     engine = engine_for(target, head, drafter)
-    seen_flight = False
+    seen_flight, most_in_flight = False, 0
     for i, p in enumerate(prompts):
         engine.add_request(f"r{i}", p, SamplingParams(max_tokens=MAX_TOKENS - (i % 4)))
     got: dict[str, list[int]] = {}
@@ -65,7 +76,9 @@ def test_pipelined_rounds_run_and_match_the_reference(setup, drafter):
         for ev in engine.step():
             got.setdefault(ev.request_id, []).extend(ev.new_tokens)
         seen_flight |= engine._flight is not None
+        most_in_flight = max(most_in_flight, len(engine._flights))
     assert seen_flight, "the greedy batch must have run pipelined rounds"
+    assert most_in_flight == depth, "rounds in flight between steps: pipeline_depth"
     for i, ref in enumerate(refs):
         n = MAX_TOKENS - (i % 4)
         assert_matches(got[f"r{i}"], (ref[0][:n], ref[1][:n]), f"{drafter} row {i}")

@@ -5,7 +5,7 @@
 # After MLX's CUDA staging. Usage: bash job_kernels.sh
 set -u
 export PYTHONPATH=.:$PYTHONPATH
-S=bench/results/s64/device/round_timeline_gpu.py
+S=bench/results/s53/device/round_timeline_gpu.py  # stop 53's job script, as it was
 for g in 1 0; do
   MLX_USE_CUDA_GRAPHS=$g python3 $S --preset 6b --tokens 32 --forced 2>&1 | grep -v -i warn | tail -1
   MLX_USE_CUDA_GRAPHS=$g python3 $S --preset 6b --tokens 12 2>&1 | grep -v -i warn | tail -1
