@@ -51,6 +51,7 @@ class EngineSpec:
             kv_group_size=args.kv_group_size,
             prefix_cache_tokens=args.prefix_cache_tokens,
             warm_up=not args.no_warm_up,
+            pipeline_depth=args.pipeline_depth,
         )
         return cls(model=args.model, drafter=args.drafter, config=config, **extra)
 
@@ -102,6 +103,12 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
         "--kv-bits", type=int, choices=KV_BITS,
         help="quantize the KV cache to this many bits per number (default: the model's dtype); "
         "admission then fits more tokens in the same memory",
+    )  # fmt: skip
+    p.add_argument(
+        "--pipeline-depth", type=int, choices=(1, 2), default=EngineConfig.pipeline_depth,
+        help="pipelined rounds launched before the oldest is read back; 2 builds round N+2 "
+        "before reading N (for hosts whose graph building rivals the device; not yet measured "
+        "on one: bench/results/s64/README.md)",
     )  # fmt: skip
     p.add_argument(
         "--kv-group-size", type=int, choices=KV_GROUP_SIZES, default=EngineConfig.kv_group_size,

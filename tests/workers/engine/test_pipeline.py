@@ -275,3 +275,18 @@ def test_rows_leaving_and_joining_in_place_match_the_reference(setup, drafter, m
         # Equal here (19 and 7 drafts accepted); one near-tie flip of a draft is allowed. With
         # the drafter left in the old order the dense target's run accepted 16 against 19.
         assert accepted > 0 and abs(accepted - in_order) <= max(1, 0.05 * in_order)
+
+
+def test_the_worker_flag_reaches_the_engine_config():
+    import argparse
+
+    from workers.service.engine_spec import EngineSpec, add_engine_args
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    assert EngineSpec.from_args(p.parse_args(["--pipeline-depth", "2"])).config.pipeline_depth == 2
+    assert EngineSpec.from_args(p.parse_args([])).config.pipeline_depth == 1
+    with pytest.raises(SystemExit):  # argparse names the choices
+        p.parse_args(["--pipeline-depth", "3"])
+    with pytest.raises(ValueError, match="pipeline_depth=3"):
+        Engine(tiny_model("qwen3", seed=1), pipeline_depth=3)
