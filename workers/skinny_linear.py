@@ -177,11 +177,10 @@ class SkinnyLinear(nn.Linear):
     """nn.Linear without bias whose calls of ROWS_MIN..ROWS_MAX rows run the kernel."""
 
     def __call__(self, x: mx.array) -> mx.array:
+        if not takes(x, self.weight):  # one row, more than 8, or x in another type than w
+            return super().__call__(x)
         K = x.shape[-1]
-        M = x.size // K
-        if not ROWS_MIN <= M <= ROWS_MAX or x.dtype != self.weight.dtype:
-            return super().__call__(x)  # the kernel reads x and w as one type
-        return matmul(x.reshape(M, K), self.weight).reshape(*x.shape[:-1], -1)
+        return matmul(x.reshape(-1, K), self.weight).reshape(*x.shape[:-1], -1)
 
 
 def serves(module: object, wide: bool | None = None) -> bool:
@@ -199,12 +198,15 @@ def serves(module: object, wide: bool | None = None) -> bool:
     )
 
 
+def wide_wanted() -> bool:
+    """Wide weights take the kernel too (WIDE_ENV "1"; off by default on every backend)."""
+    return Backend.current().wants(WIDE_ENV, default=False)
+
+
 def weight_bytes_max(wide: bool | None = None) -> int:
     """The largest weight the route takes: WIDE_WEIGHT_BYTES_MAX where wide weights take the
-    kernel (`wide`; None: as WIDE_ENV and the backend say), else WEIGHT_BYTES_MAX."""
-    if wide is None:
-        wide = Backend.current().wants(WIDE_ENV, default=False)
-    return WIDE_WEIGHT_BYTES_MAX if wide else WEIGHT_BYTES_MAX
+    kernel (`wide`; None: `wide_wanted`), else WEIGHT_BYTES_MAX."""
+    return WIDE_WEIGHT_BYTES_MAX if (wide_wanted() if wide is None else wide) else WEIGHT_BYTES_MAX
 
 
 def takes(x: mx.array, w: mx.array) -> bool:

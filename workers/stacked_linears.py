@@ -135,9 +135,7 @@ def _stack(layers: list[nn.Module]) -> Stack:
 def install(model: object) -> int:
     """Stack every group (GROUPS) of `model`'s modules; returns how many groups. Their 2-8-row
     calls take the skinny kernel where its wide route is wanted now (skinny_linear.WIDE_ENV)."""
-    skinny = (
-        skinny_linear.wanted() and skinny_linear.weight_bytes_max() > skinny_linear.WEIGHT_BYTES_MAX
-    )
+    skinny = skinny_linear.wanted() and skinny_linear.wide_wanted()
     done = 0
     for _, module in model.named_modules():  # type: ignore[attr-defined]
         for names in GROUPS:
