@@ -54,12 +54,14 @@ def test_a_retry_kills_what_the_failed_attempt_started_and_nothing_else() -> Non
     from pathlib import Path
 
     def ray_like() -> subprocess.Popen:
-        """A `raylet`-named process, returned once it shows as one: between fork and exec its
-        /proc cmdline is still pytest's, and a look in that window would miss it (stop 61's CI
-        killed the bystander started just before `start_ray` looked)."""
+        """A `raylet`-named process, returned once its exec is done. Before the exec its
+        cmdline is pytest's, then bash's (`bash -c "exec -a raylet ..."`, which already holds
+        the word), and inside the exec it reads empty for a moment; a look in either window
+        would miss it (stop 61's and stop 64's CI killed the bystander that way). Only after
+        the exec does argv[0] read `raylet`."""
         p = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 60"])
         deadline = time.monotonic() + 10
-        while b"raylet" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+        while not Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"raylet\0"):
             assert time.monotonic() < deadline, "the ray-like process never started"
             time.sleep(0.01)
         return p
