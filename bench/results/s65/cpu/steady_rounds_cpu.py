@@ -6,28 +6,50 @@ MODE: plain; fixK (MTP at fixed depth K, no policy); polK (the adaptive policy f
 rounds are timed and launched as an adaptive engine runs them); polnwK (the same without the
 CPU's wait before a launch of a new shape). Prints ms a step, tokens a row a step, tokens/s.
 """
-import sys, time
-from workers.stream_speed import heldout_prompts
+
+import sys
+import time
+
 from workers.config import DEFAULT_MODEL_DIR
 from workers.engine import Engine
 from workers.loading import make_drafter
+from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
+
 B, N, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 PD = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=mode == "plain", pipeline_depth=PD)
+plain = Engine.load(
+    None, drafter=None, max_batch_size=B, warm_up=mode == "plain", pipeline_depth=PD
+)
 if mode == "plain":
     e = plain
 else:
     kind, k = mode[:-1], int(mode[-1])
-    e = Engine(plain.model, plain.tokenizer, drafter=make_drafter("mtp", DEFAULT_MODEL_DIR/"target", plain.model),
-               max_batch_size=B, draft_depth=max(k, 1), adaptive_depth=kind.startswith("pol"), warm_up=True, pipeline_depth=PD)
-    if kind.startswith("pol"): e.depth_policy.forced = k
-    if kind == "polnw": e._wait_before_launch = False
+    e = Engine(
+        plain.model,
+        plain.tokenizer,
+        drafter=make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model),
+        max_batch_size=B,
+        draft_depth=max(k, 1),
+        adaptive_depth=kind.startswith("pol"),
+        warm_up=True,
+        pipeline_depth=PD,
+    )
+    if kind.startswith("pol"):
+        e.depth_policy.forced = k
+    if kind == "polnw":
+        e._wait_before_launch = False
 prompts = heldout_prompts(64)[:B]
 sp = SamplingParams(max_tokens=100_000)
-for i, p in enumerate(prompts): e.add_request(f"r{i}", p, sp)
-for _ in range(10): e.step()
-t0 = time.perf_counter(); n = 0
-for _ in range(N): n += sum(len(o.new_tokens) for o in e.step())
+for i, p in enumerate(prompts):
+    e.add_request(f"r{i}", p, sp)
+for _ in range(10):
+    e.step()
+t0 = time.perf_counter()
+n = 0
+for _ in range(N):
+    n += sum(len(o.new_tokens) for o in e.step())
 dt = time.perf_counter() - t0
-print(f"B={B} {mode}: {1e3*dt/N:.2f} ms a step, {n/N/B:.2f} tokens a row a step, {n/dt:.0f} tokens/s")
+print(
+    f"B={B} {mode}: {1e3 * dt / N:.2f} ms a step, {n / N / B:.2f} tokens a row a step, {n / dt:.0f} tokens/s"
+)
