@@ -153,6 +153,7 @@ def targets_section() -> list[str]:
             "s52/demo_runs.json",  # stop 52's (files split, a CUDA kernel: the same rounds)
             "s54/cpu/demo_runs.json",  # stop 54's (stop 53's engine: CUDA-only changes)
             "s64/cpu/demo_runs.json",  # stop 64's (CUDA-only changes; CPU path as before)
+            "s65/cpu/demo_runs.json",  # stop 65's (the same engine)
         )
         for r in (_load(f) or {}).get("runs", [])
     ]
