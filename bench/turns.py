@@ -113,17 +113,23 @@ def ab_main(contexts: dict[str, Context]) -> None:
 
 
 def host_mtp_engine(
-    plain: Engine, depth: int, adaptive: bool, warm_up: bool = True, drafter: Any = None
+    plain: Engine,
+    depth: int,
+    adaptive: bool,
+    warm_up: bool = True,
+    drafter: Any = None,
+    **config: Any,
 ) -> Engine:
     """An MTP engine over `plain`'s model, tokenizer and batch size: `drafter`, or a host
-    drafter of the default model's head (the drafter `Engine.load` picks on the CPU)."""
+    drafter of the default model's head (the drafter `Engine.load` picks on the CPU); `config`:
+    further EngineConfig settings (pipeline_depth, ...)."""
     from workers.drafters.mtp_host import HostMTPDrafter
 
     if drafter is None:
         drafter = HostMTPDrafter(plain.model, default_head())
     return Engine(plain.model, plain.tokenizer, drafter=drafter,
                   max_batch_size=plain.config.max_batch_size, draft_depth=depth,
-                  adaptive_depth=adaptive, warm_up=warm_up)  # fmt: skip
+                  adaptive_depth=adaptive, warm_up=warm_up, **config)  # fmt: skip
 
 
 def default_head() -> Any:

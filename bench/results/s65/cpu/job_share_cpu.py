@@ -15,32 +15,23 @@ import statistics
 import sys
 import time
 
-from workers.config import DEFAULT_MODEL_DIR
+from bench.p5_pairs import rotated
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
-from workers.loading import make_drafter
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
 
 B, R, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=True)
-
-
-def mtp(k: int, adaptive: bool) -> Engine:
-    drafter = make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model)
-    return Engine(plain.model, plain.tokenizer, drafter=drafter, max_batch_size=B,
-                  draft_depth=k, adaptive_depth=adaptive, warm_up=True)  # fmt: skip
-
-
-engines = {"plain": plain, "fix1": mtp(1, False), "fix2": mtp(2, False), "fix3": mtp(3, False),
-           "adaptive": mtp(3, True)}  # fmt: skip
+engines = {"plain": plain, **{f"fix{k}": host_mtp_engine(plain, k, False) for k in (1, 2, 3)}}
+engines["adaptive"] = host_mtp_engine(plain, 3, True)
 sp = SamplingParams(max_tokens=64)
 prompts = heldout_prompts(64)[: 2 * B]
 for e in engines.values():
     e.generate(prompts[:B], sp)
 seconds: dict[str, list[float]] = {k: [] for k in engines}
-names = list(engines)
 for rep in range(R):
-    for k in names[rep % len(names) :] + names[: rep % len(names)]:
+    for k in rotated(list(engines), rep):
         t0 = time.perf_counter()
         engines[k].generate(prompts, sp)
         seconds[k].append(time.perf_counter() - t0)

@@ -11,24 +11,15 @@ import collections
 import sys
 import time
 
-from workers.config import DEFAULT_MODEL_DIR
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
-from workers.loading import make_drafter
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
 
 B = int(sys.argv[1])
 maxd = int(sys.argv[2])
 plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=True)
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model),
-    max_batch_size=B,
-    draft_depth=maxd,
-    adaptive_depth=True,
-    warm_up=True,
-)
+e = host_mtp_engine(plain, maxd, True)
 pol = e.depth_policy
 real = pol.choose
 log = collections.Counter()

@@ -10,9 +10,8 @@ CPU's wait before a launch of a new shape). Prints ms a step, tokens a row a ste
 import sys
 import time
 
-from workers.config import DEFAULT_MODEL_DIR
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
-from workers.loading import make_drafter
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
 
@@ -25,16 +24,7 @@ if mode == "plain":
     e = plain
 else:
     kind, k = mode[:-1], int(mode[-1])
-    e = Engine(
-        plain.model,
-        plain.tokenizer,
-        drafter=make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model),
-        max_batch_size=B,
-        draft_depth=max(k, 1),
-        adaptive_depth=kind.startswith("pol"),
-        warm_up=True,
-        pipeline_depth=PD,
-    )
+    e = host_mtp_engine(plain, max(k, 1), kind.startswith("pol"), pipeline_depth=PD)
     if kind.startswith("pol"):
         e.depth_policy.forced = k
     if kind == "polnw":

@@ -11,24 +11,16 @@ import statistics
 import sys
 import time
 
-from workers.config import DEFAULT_MODEL_DIR
+from bench.p5_pairs import rotated
+from bench.turns import host_mtp_engine
 from workers.engine import Engine
-from workers.loading import make_drafter
 from workers.stream_speed import heldout_prompts
 from workers.types import SamplingParams
 
 R = int(sys.argv[1])
 plain = Engine.load(None, drafter=None, max_batch_size=1, warm_up=True)
-
-
-def mtp(k: int, adaptive: bool) -> Engine:
-    drafter = make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model)
-    return Engine(plain.model, plain.tokenizer, drafter=drafter, max_batch_size=1,
-                  draft_depth=k, adaptive_depth=adaptive, warm_up=True)  # fmt: skip
-
-
-engines = {"plain": plain, **{f"fix{k}": mtp(k, False) for k in (2, 3, 4, 5)}}
-engines["adaptive"] = mtp(5, True)
+engines = {"plain": plain, **{f"fix{k}": host_mtp_engine(plain, k, False) for k in (2, 3, 4, 5)}}
+engines["adaptive"] = host_mtp_engine(plain, 5, True)
 policy = engines["adaptive"].depth_policy
 chosen: collections.Counter[int] = collections.Counter()
 real_choose = policy.choose
@@ -47,9 +39,8 @@ for e in engines.values():
     e.generate(prompts[:1], sp)
 chosen.clear()
 seconds: dict[str, list[float]] = {k: [] for k in engines}
-names = list(engines)
 for rep in range(R):
-    for k in names[rep % len(names) :] + names[: rep % len(names)]:
+    for k in rotated(list(engines), rep):
         total = 0.0
         for p in prompts:
             t0 = time.perf_counter()

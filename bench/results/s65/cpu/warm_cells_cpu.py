@@ -6,10 +6,9 @@ the policy keeps from them.
 
 import sys
 
-from workers.config import DEFAULT_MODEL_DIR
+from bench.turns import host_mtp_engine
 from workers.depth_policy import DepthPolicy
 from workers.engine import Engine
-from workers.loading import make_drafter
 
 B = int(sys.argv[1])
 maxd = int(sys.argv[2])
@@ -25,13 +24,5 @@ def end(self, sizes):
 
 DepthPolicy.end_warm_up = end
 plain = Engine.load(None, drafter=None, max_batch_size=B, warm_up=False)
-e = Engine(
-    plain.model,
-    plain.tokenizer,
-    drafter=make_drafter("mtp", DEFAULT_MODEL_DIR / "target", plain.model),
-    max_batch_size=B,
-    draft_depth=maxd,
-    adaptive_depth=True,
-    warm_up=True,
-)
+e = host_mtp_engine(plain, maxd, True)
 print("warm", {c: round(t * 1e3, 1) for c, t in sorted(e.depth_policy._warm.items()) if c[0] == B})
