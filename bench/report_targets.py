@@ -62,6 +62,12 @@ def _served_gpu(
     return out
 
 
+def _merged(*files: dict | None) -> dict | None:
+    """The presets of several `bench.gpu` files (one run a preset) as one file's."""
+    models = {k: v for d in files if d for k, v in d["models"].items()}
+    return {"models": models} if models else None
+
+
 def _model(data: dict | None, name: str) -> dict | None:
     """One model's part of a `bench.gpu` file that ran several presets."""
     models = (data or {}).get("models", {})
@@ -139,7 +145,17 @@ def targets_section() -> list[str]:
         # skinny route (not adopted), B = 1 / 8 only
         "64": (_load("s64/device/gpu_skinny_wide_ab_h200.json"), True),
         "64 (2nd run)": (_load("s64/device/gpu_skinny_wide_ab2_h200.json"), True),
+        # stop 65's tree on an H100: the off sides (one round in flight, the default) of an A/B
+        # against two rounds in flight (`--ab-deep`, not adopted), B = 1 / 8 / 32
+        "65": (
+            _merged(
+                _load("s66/device/gpu_deep_ab_6b_h100.json"),
+                _load("s66/device/gpu_deep_ab_1b_h100.json"),
+            ),
+            True,
+        ),
     }
+    cards = {"65": "H100"}  # the card of a stop's run where it was not an H200
     # the newest trees' demo runs (s50: rows join and leave the running cache in place; 8 runs
     # on 2832b19, 5 on the review mend's tree, 6 on stop 51's final tree; kernel cache warm). s49's (a plain engine builds MLX's CPU kernels in its
     # warm-up) read 0.93 / 1.86; s48's batch-job medians counted cold runs' inflated ratios.
@@ -252,6 +268,8 @@ def targets_section() -> list[str]:
            if (d := _load(f"s60/device/policy_s60_default_b{b}.json"))]  # fmt: skip
     p5_s60 = [x["as_is"] for x in s60]
     p5_s60_probing = [x["probing"] for x in s60 if "probing" in x]
+    # stop 65's tree on an H100, the hybrid trained again, one process per B (bench.p5_pairs)
+    p5_s66 = _ratios("s66/device/p5_s66_{}_h100.json", ["b1", "b4", "b8", "b16"])
     eff6_s41 = _served_gpu(_load("s41/device/gpu6b/gpu_6b_base.json"), "forced")  # B = 1, 8
     settle_gain = (  # after ÷ before, medians of tokens/s: plain, then MTP
         [statistics.median(after["batch"]["8"][k]) / statistics.median(before["batch"]["8"][k])
@@ -278,7 +296,7 @@ def targets_section() -> list[str]:
 
     def stops_text(measure: str) -> str:
         return "; ".join(
-            f"stop {s}'s tree, H200 6.6B {_fmt(big)}, 0.87B {_fmt(small)} "
+            f"stop {s}'s tree, {cards.get(s, 'H200')} 6.6B {_fmt(big)}, 0.87B {_fmt(small)} "
             f"({'B=1 / 8 / 32' if len(big) == 3 else 'B=1 / 8'})"
             for s, (big, small) in by_stop[measure].items()
         )
@@ -347,16 +365,17 @@ def targets_section() -> list[str]:
          f"adaptive up to 3 {_fmt(p5_s57_policy[0])} against depth 3 held "
          f"{_fmt(p5_s57_policy[1])}; the policy as served since stop 59, in one process "
          f"(s60, B=1 / 4 / 8 / 16): {_fmt(p5_s60)}, against the policy before it "
-         f"{_fmt(p5_s60_probing)} (B=4 / 8 / 16)",
+         f"{_fmt(p5_s60_probing)} (B=4 / 8 / 16); stop 65's tree on an H100, trained again "
+         f"(s66, B=1 / 4 / 8 / 16): {_fmt(p5_s66)}",
          _status(_served_p5(p5) + p5_closed[0] + p5_s37[0] + p5_s38[1] + sum(p5_s39, []) + p5_s40
                  + p5_s41 + p5_s41_final + p5_s46 + sum(p5_s54, []) + p5_s56 + p5_s57
-                 + sum(p5_s57_policy, []) + p5_s60 + p5_s60_probing, 1.5)),
+                 + sum(p5_s57_policy, []) + p5_s60 + p5_s60_probing + p5_s66, 1.5)),
     ]  # fmt: skip
     out = [
         "## Issue 11's targets, where each stands",
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
-        "bf16; GPU rows as each stop's engine ran: its launcher thread at 8 rows or more until stop "
+        "or an H100 where a figure says so, bf16; GPU rows as each stop's engine ran: its launcher thread at 8 rows or more until stop "
         "54, every round since stop 55, "
         "bench/results/s32/ and s55/README.md). Why the missed ones are missed: "
         "bench/results/s29/README.md, s30/ to s39/README.md and the stop notes.",

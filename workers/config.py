@@ -41,8 +41,9 @@ class EngineConfig:
     # before it builds N+2, so a round costs about (build + encode + device) / 2 where the host's
     # two parts outweigh the device's (H200, 6.6B, B = 1: ~10 ms against 7.7 on the device,
     # bench/results/s64/README.md). 2: N+2 is built before N is read, towards max(build, encode,
-    # device); a finished row is found two rounds late (both rounds' slots discarded). Not yet
-    # measured on a device: 1 until it is.
+    # device); a finished row is found two rounds late (both rounds' slots discarded). Measured
+    # on an H100 (bench/results/s66/README.md), 2 over 1 read 0.86-1.09: level at B = 1, lower
+    # at B = 32 and on a ~1B model. So 1; 2 is kept for Metal, where nothing has measured it.
     pipeline_depth: int = 1
     # Quantize the target's KV cache per slot (workers/kv_quant.py): None (the model's dtype),
     # 8 or 4 bits, in groups of kv_group_size numbers of one head (must divide the head dim).
