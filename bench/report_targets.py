@@ -170,6 +170,7 @@ def targets_section() -> list[str]:
             "s54/cpu/demo_runs.json",  # stop 54's (stop 53's engine: CUDA-only changes)
             "s64/cpu/demo_runs.json",  # stop 64's (CUDA-only changes; CPU path as before)
             "s65/cpu/demo_runs.json",  # stop 65's (the same engine)
+            "s66/cpu/demo_runs.json",  # stop 66's (the same engine)
         )
         for r in (_load(f) or {}).get("runs", [])
     ]
