@@ -1,7 +1,7 @@
 """Everything in cluster/ that talks to Ray: the scheduler actor, and starting a cluster
 (one worker actor per node advertising `specfleet_worker`, then the scheduler and gateway).
 
-Worker links find their worker through its actor handle, so when Ray restarts a worker (new
+Worker links find their worker through its actor's name, so when Ray restarts a worker (new
 process, new port) the scheduler reconnects and re-sends the requests it held, each from its
 committed prefix.
 
@@ -19,6 +19,7 @@ seeded) it skips the tokens it already delivered, so a stream still sees each to
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -51,11 +52,19 @@ def _exit_for_restart(reason: str) -> None:
 class SchedulerActor:
     """A threaded Ray actor around SchedulerRuntime. Everything starts in __init__ from the
     constructor arguments, so when Ray restarts this actor (max_restarts=-1) it comes back by
-    itself: same gateway port, same workers (found again through their handles)."""
+    itself: same gateway port, same workers (found again by their names)."""
 
     def __init__(
-        self, config: RuntimeConfig, workers: list[tuple[str, Any]], ports_file: str | None = None
+        self,
+        config: RuntimeConfig,
+        workers: list[tuple[str, str]],
+        ports_file: str | None = None,
+        namespace: str = NAMESPACE,
     ) -> None:
+        """`workers`: (worker id, the worker actor's name in `namespace`). Names, not actor
+        handles: a handle among an actor's constructor arguments is an object ref that Ray
+        keeps for restarts only as long as the caller holds it (ray-project/ray#53727, which
+        Ray logs as an error at creation), and a name finds a restarted worker as well."""
         if config.advertise_host is None:
             config = dataclasses.replace(config, advertise_host=ray.util.get_node_ip_address())
         self.ports_file = ports_file
@@ -63,7 +72,7 @@ class SchedulerActor:
             with open(ports_file) as f:
                 config = _with_ports(config, json.load(f))
         self.runtime = SchedulerRuntime(config, on_fatal=_exit_for_restart)
-        located = [(wid, _locator(handle)) for wid, handle in workers]
+        located = [(wid, _locator(name, namespace)) for wid, name in workers]
         self.runtime.call(self.runtime.start(located))
         if ports_file is not None:
             _write_atomically(ports_file, json.dumps(_bound_ports(self.runtime)))
@@ -113,9 +122,12 @@ def _write_atomically(path: str, text: str) -> None:
     os.replace(tmp, path)  # a restart racing this write reads the old file or the new, whole
 
 
-def _locator(handle: Any) -> Any:
+def _locator(name: str, namespace: str) -> Any:
     async def locate() -> dict[str, Any]:
-        # Both calls are retried by Ray across a worker restart (max_task_retries=-1).
+        # Looked up on every call (a blocking GCS read, off the loop); a worker gone for good
+        # raises here, and the link retries as for any failed resolve. Both calls below are
+        # retried by Ray across a worker restart (max_task_retries=-1).
+        handle = await asyncio.to_thread(ray.get_actor, name, namespace)
         await handle.wait_ready.remote(600.0)
         return dict(await handle.addresses.remote())
 
@@ -150,6 +162,11 @@ class RunningCluster:
         ray.kill(self.scheduler, no_restart=True)
 
 
+def worker_name(i: int) -> str:
+    """The name of a cluster's i-th worker actor (in the cluster's namespace)."""
+    return f"specfleet-worker-{i}"
+
+
 def worker_units() -> int:
     """How many `specfleet_worker` units the connected Ray cluster advertises."""
     return int(ray.cluster_resources().get(WORKER_RESOURCE, 0))
@@ -167,7 +184,7 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
         start_worker_actor(
             spec.engine,
             spec.worker,
-            name=f"specfleet-worker-{i}",
+            name=worker_name(i),
             namespace=spec.namespace,
             num_cpus=spec.worker_num_cpus,
         )
@@ -175,7 +192,7 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
     ]
     scheduler = start_scheduler_actor(
         spec.actor,
-        [(f"worker-{i}", w) for i, w in enumerate(workers)],
+        [(f"worker-{i}", worker_name(i)) for i in range(n)],
         name=spec.scheduler_name,
         namespace=spec.namespace,
     )
@@ -188,13 +205,14 @@ def start_cluster(spec: ClusterSpec, connect_timeout_s: float = 600.0) -> Runnin
 
 def start_scheduler_actor(
     config: RuntimeConfig,
-    workers: list[tuple[str, Any]],
+    workers: list[tuple[str, str]],
     name: str = SCHEDULER_NAME,
     namespace: str = NAMESPACE,
     actor_cls: type[SchedulerActor] = SchedulerActor,
 ) -> Any:
     """The scheduler actor on this driver's node, restarted by Ray whenever its process dies
-    (a crash, a kill, or its own fail-fast exit); returns its handle."""
+    (a crash, a kill, or its own fail-fast exit); returns its handle. `workers`: (worker id,
+    worker actor name in `namespace`)."""
     # A restarted scheduler must come back where it was: the first start writes its bound
     # ports here (the actor runs on this node, so the driver's temp dir is the actor's).
     ports_file = os.path.join(
@@ -211,7 +229,7 @@ def start_scheduler_actor(
             ray.get_runtime_context().get_node_id(), soft=False
         ),
     )
-    return remote_cls.remote(config, workers, ports_file)
+    return remote_cls.remote(config, workers, ports_file, namespace)
 
 
 def gateway_address(name: str = SCHEDULER_NAME, namespace: str = NAMESPACE) -> str:
