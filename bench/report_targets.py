@@ -376,8 +376,8 @@ def targets_section() -> list[str]:
         "## Issue 11's targets, where each stands",
         "",
         "The newest measurement of each (CPU: the 2-core VM, fp32, BLIS; GPU: one NVIDIA H200, "
-        "or an H100 where a figure says so, bf16; GPU rows as each stop's engine ran: its launcher thread at 8 rows or more until stop "
-        "54, every round since stop 55, "
+        "or an H100 where a figure says so, bf16; GPU rows as each stop's engine ran: its "
+        "launcher thread at 8 rows or more until stop 54, every round since stop 55, "
         "bench/results/s32/ and s55/README.md). Why the missed ones are missed: "
         "bench/results/s29/README.md, s30/ to s39/README.md and the stop notes.",
         "",
